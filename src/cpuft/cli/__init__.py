@@ -1,0 +1,1 @@
+"""The ``cpuft`` command line: a thin layer over the library."""

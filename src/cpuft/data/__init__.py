@@ -1,0 +1,1 @@
+"""Data: task specs, table loading, label maps, tokenisation, batching and padding."""

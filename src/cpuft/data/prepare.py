@@ -1,0 +1,126 @@
+"""From a TrainConfig to checked, labelled splits, then to token ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cpuft.config import DEFAULT_TASK, TrainConfig
+from cpuft.data.labels import LabelMap
+from cpuft.data.tables import load_table
+from cpuft.data.tasks import get_task
+from cpuft.errors import CpuftError
+
+SPLIT_SEED = 20211
+
+
+@dataclass(slots=True)
+class LabelledSplits:
+    """Raw text columns and encoded labels for train, validation and (optionally) test."""
+
+    task: str
+    text_columns: tuple[str, ...]
+    label_map: LabelMap
+    metrics: tuple[str, ...]
+    texts: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
+    labels: dict[str, list[Any]] = field(default_factory=dict)
+
+    def size(self, split: str) -> int:
+        return len(self.labels.get(split, []))
+
+
+@dataclass(slots=True)
+class Encoded:
+    """Token ids of one split, unpadded, with labels."""
+
+    input_ids: list[list[int]]
+    labels: list[Any]
+    token_type_ids: list[list[int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(ids) for ids in self.input_ids]
+
+
+def _raw_splits(cfg: TrainConfig) -> tuple[str, tuple[str, ...], str, tuple[str, ...], bool | None,
+                                          dict[str, Any]]:
+    """(task, text columns, label column, metrics, regression, raw splits) from the config."""
+    if cfg.train_file:
+        if cfg.task or cfg.data_dir:
+            raise CpuftError("give either --task/--data-dir or --train-file, not both")
+        if not cfg.text_columns:
+            raise CpuftError("--train-file needs --text-columns (one or two column names)")
+        raw = {"train": load_table(cfg.train_file)}
+        if cfg.validation_file:
+            raw["validation"] = load_table(cfg.validation_file)
+        else:
+            held = raw["train"].train_test_split(test_size=cfg.validation_split, seed=SPLIT_SEED)
+            raw = {"train": held["train"], "validation": held["test"]}
+        if cfg.test_file:
+            raw["test"] = load_table(cfg.test_file)
+        task = Path(cfg.train_file).stem
+        return task, tuple(cfg.text_columns), cfg.label_column, (), None, raw
+    if cfg.validation_file or cfg.test_file:
+        raise CpuftError("--validation-file and --test-file need --train-file")
+    spec = get_task(cfg.task or DEFAULT_TASK)
+    if spec.name == DEFAULT_TASK:
+        from cpuft.data import rotten_tomatoes
+
+        raw = rotten_tomatoes.load_splits()
+    else:
+        if not cfg.data_dir:
+            raise CpuftError(f"task {spec.name} needs --data-dir (a folder with its TSV files)")
+        d = Path(cfg.data_dir)
+        if not d.is_dir():
+            raise CpuftError(f"--data-dir {d}: no such folder")
+        raw = {
+            "train": load_table(d / spec.train_file, spec.column_names),
+            "validation": load_table(d / spec.eval_file, spec.column_names),
+        }
+    return spec.name, spec.text_columns, spec.label_column, spec.metrics, spec.regression, raw
+
+
+def default_metrics(label_map: LabelMap) -> tuple[str, ...]:
+    if label_map.regression:
+        return ("pearson", "spearman")
+    return ("accuracy", "f1") if label_map.num_labels == 2 else ("accuracy",)
+
+
+def load_labelled(cfg: TrainConfig) -> LabelledSplits:
+    """Load every split, check its columns and labels, and encode the labels."""
+    task, text_cols, label_col, metrics, regression, raw = _raw_splits(cfg)
+    for split, ds in raw.items():
+        missing = [c for c in (*text_cols, label_col) if c not in ds.column_names]
+        if missing:
+            raise CpuftError(
+                f"{split} data has no column {missing[0]!r} (columns: {', '.join(ds.column_names)})"
+            )
+    label_map = LabelMap.infer(raw["train"][label_col], regression=regression)
+    out = LabelledSplits(
+        task=task,
+        text_columns=text_cols,
+        label_map=label_map,
+        metrics=metrics or default_metrics(label_map),
+    )
+    for split, ds in raw.items():
+        columns = [["" if t is None else str(t) for t in ds[c]] for c in text_cols]
+        out.texts[split] = list(zip(*columns, strict=True))
+        out.labels[split] = label_map.encode(ds[label_col], where=f"{split} data")
+    return out
+
+
+def encode(texts: list[tuple[str, ...]], labels: list[Any], tokenizer: Any,
+           max_length: int) -> Encoded:
+    """Tokenise (one or two texts per row), truncated to ``max_length``, without padding."""
+    first = [t[0] for t in texts]
+    second = [t[1] for t in texts] if texts and len(texts[0]) > 1 else None
+    enc = tokenizer(first, second, truncation=True, max_length=max_length)
+    return Encoded(
+        input_ids=enc["input_ids"],
+        labels=labels,
+        token_type_ids=enc.get("token_type_ids"),
+    )

@@ -1,0 +1,102 @@
+"""A metric logger that does nothing by itself and hands each record to its sinks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class MetricSink:
+    """Receives step records; every method is optional."""
+
+    def start(self, total_steps: int, first_step: int = 0) -> None:
+        pass
+
+    def step(self, record: dict[str, Any]) -> None:
+        """Every optimizer step (cheap sinks only: a progress bar)."""
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Every logging step."""
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlSink(MetricSink):
+    """One JSON line per logged step, flushed at once so that a crash loses nothing."""
+
+    def __init__(self, path: Path, append: bool = False) -> None:
+        self._file: TextIO = path.open("a" if append else "w")
+
+    def log(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class ProgressSink(MetricSink):
+    """A rich progress bar: steps, loss, samples/s and time left."""
+
+    def __init__(self, description: str = "train") -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[speed]} samples/s"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self._task = self._progress.add_task(description, total=None, loss="-", speed="-")
+
+    def start(self, total_steps: int, first_step: int = 0) -> None:
+        self._progress.update(self._task, total=total_steps, completed=first_step)
+        self._progress.start()
+
+    def step(self, record: dict[str, Any]) -> None:
+        self._progress.update(
+            self._task,
+            completed=record["step"],
+            loss=f"{record['loss']:.4f}",
+            speed=f"{record['samples_per_second']:.1f}",
+        )
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+class MetricLogger:
+    """Fans records out to sinks. With no sinks it does nothing (non-zero ranks, tests)."""
+
+    def __init__(self, sinks: list[MetricSink] | None = None) -> None:
+        self.sinks = list(sinks or [])
+
+    def start(self, total_steps: int, first_step: int = 0) -> None:
+        for s in self.sinks:
+            s.start(total_steps, first_step)
+
+    def step(self, record: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.step(record)
+
+    def log(self, record: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.log(record)
+
+    def close(self) -> None:
+        for s in self.sinks:
+            s.close()

@@ -1,0 +1,180 @@
+"""Which CPU speed-ups a run gets, and why: pure decisions from the machine and the options.
+
+No torch here: the plan is made (and can be printed by ``cpuft doctor``) before torch loads.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cpuft.config import TrainConfig
+from cpuft.errors import CpuftError
+from cpuft.topology import Topology
+
+ALLOCATOR_LIBS = {
+    "tcmalloc": ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so"),
+    "jemalloc": ("libjemalloc.so.2", "libjemalloc.so"),
+}
+LIB_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+)
+# jemalloc's defaults return memory to the OS too eagerly for training loops.
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1"
+
+
+@dataclass(kw_only=True, slots=True)
+class SpeedPlan:
+    """The speed-ups chosen for one run, each with the reason, as recorded in summary.json."""
+
+    precision: str
+    """'bf16' or 'fp32'."""
+    precision_reason: str
+    threads: int
+    """Intra-op threads per process (physical cores, unless overridden)."""
+    cores: list[int] = field(default_factory=list)
+    """Logical CPUs the process pins itself to; empty means no pinning."""
+    allocator: str = "system"
+    """'tcmalloc', 'jemalloc' or 'system'."""
+    allocator_path: str = ""
+    allocator_reason: str = ""
+    fused_optimizer: bool = True
+    dynamic_padding: bool = True
+    group_by_length: bool = True
+    compile: str = "off"
+    """'on' or 'off' after 'auto' is decided."""
+    compile_reason: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def choose_precision(requested: str, topo: Topology) -> tuple[str, str]:
+    """bf16 only where the ISA does bf16 math natively; fp32 otherwise, with the reason."""
+    if requested == "fp32":
+        return "fp32", "requested"
+    if requested == "bf16":
+        if topo.isa.native_bf16:
+            return "bf16", "requested; CPU has native bf16"
+        return "bf16", "requested, but this CPU has no native bf16: expect it slower than fp32"
+    if requested != "auto":
+        raise CpuftError(f"unknown precision {requested!r}: use auto, bf16 or fp32")
+    if topo.isa.amx:
+        return "bf16", "auto: CPU has AMX bf16 tiles"
+    if topo.isa.avx512_bf16:
+        return "bf16", "auto: CPU has avx512_bf16"
+    return "fp32", "auto: CPU has no avx512_bf16 or AMX, so bf16 would be emulated and slower"
+
+
+def find_allocator(name: str, lib_dirs: tuple[str, ...] = LIB_DIRS) -> str | None:
+    """Path of an installed allocator library, or None."""
+    for directory in lib_dirs:
+        for lib in ALLOCATOR_LIBS[name]:
+            path = Path(directory) / lib
+            if path.exists():
+                return str(path)
+    return None
+
+
+def choose_allocator(
+    requested: str, lib_dirs: tuple[str, ...] = LIB_DIRS
+) -> tuple[str, str, str]:
+    """(allocator, library path, reason). 'auto' prefers tcmalloc, then jemalloc."""
+    if requested == "system":
+        return "system", "", "requested"
+    if requested not in ("auto", *ALLOCATOR_LIBS):
+        raise CpuftError(
+            f"unknown allocator {requested!r}: use auto, tcmalloc, jemalloc or system"
+        )
+    candidates = list(ALLOCATOR_LIBS) if requested == "auto" else [requested]
+    for name in candidates:
+        path = find_allocator(name, lib_dirs)
+        if path:
+            return name, path, "found " + path
+    if requested != "auto":
+        raise CpuftError(
+            f"allocator {requested} is not installed: apt-get install "
+            + ("libgoogle-perftools4" if requested == "tcmalloc" else "libjemalloc2")
+            + ", or pass --allocator system"
+        )
+    return "system", "", (
+        "no tcmalloc or jemalloc found (apt-get install libgoogle-perftools4): "
+        "running with the system allocator"
+    )
+
+
+def choose_threads(requested: int, topo: Topology) -> tuple[int, list[int]]:
+    """Threads = physical cores this process may use, pinned one per core."""
+    cores = topo.first_thread_per_core()
+    if requested > 0:
+        return requested, cores[:requested] if requested <= len(cores) else []
+    return max(1, len(cores)), cores
+
+
+def choose_compile(
+    requested: str,
+    *,
+    estimated_eager_seconds: float | None,
+    measured_speedup: float | None,
+    compile_seconds: float | None,
+) -> tuple[str, str]:
+    """Compile only when the time it saves over the run is more than the time it costs.
+
+    ``measured_speedup`` and ``compile_seconds`` come from a measurement on this machine and model
+    (``cpuft bench --compile-probe``); without one, 'auto' stays eager.
+    """
+    if requested in ("on", "off"):
+        return requested, "requested"
+    if requested != "auto":
+        raise CpuftError(f"unknown compile mode {requested!r}: use auto, on or off")
+    if measured_speedup is None or compile_seconds is None or estimated_eager_seconds is None:
+        return "off", "auto: no compile measurement for this model on this machine"
+    saved = estimated_eager_seconds * (1.0 - 1.0 / measured_speedup)
+    if saved > compile_seconds:
+        return "on", (
+            f"auto: saves ~{saved:.0f}s of an estimated {estimated_eager_seconds:.0f}s run, "
+            f"costs ~{compile_seconds:.0f}s to compile"
+        )
+    return "off", (
+        f"auto: would save ~{max(saved, 0):.0f}s but costs ~{compile_seconds:.0f}s to compile"
+    )
+
+
+def allocator_env(plan: SpeedPlan, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables a process needs so that the plan's allocator is preloaded."""
+    env: dict[str, str] = {}
+    current = (environ if environ is not None else os.environ).get("LD_PRELOAD", "")
+    if plan.allocator_path and plan.allocator_path not in current.split(":"):
+        env["LD_PRELOAD"] = ":".join(p for p in (plan.allocator_path, current) if p)
+    if plan.allocator == "jemalloc":
+        env["MALLOC_CONF"] = JEMALLOC_CONF
+    return env
+
+
+def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
+    """The speed-ups for a ``cpuft train`` run on this machine, each with its reason."""
+    precision, precision_reason = choose_precision(cfg.precision, topo)
+    allocator, allocator_path, allocator_reason = choose_allocator(cfg.allocator)
+    threads, cores = choose_threads(cfg.threads, topo)
+    compile_mode, compile_reason = choose_compile(
+        cfg.compile, estimated_eager_seconds=None, measured_speedup=None, compile_seconds=None
+    )
+    return SpeedPlan(
+        precision=precision,
+        precision_reason=precision_reason,
+        threads=threads,
+        cores=cores if cfg.pin_cores else [],
+        allocator=allocator,
+        allocator_path=allocator_path,
+        allocator_reason=allocator_reason,
+        fused_optimizer=cfg.fused_optimizer,
+        dynamic_padding=cfg.dynamic_padding,
+        group_by_length=cfg.group_by_length,
+        compile=compile_mode,
+        compile_reason=compile_reason,
+    )

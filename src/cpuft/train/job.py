@@ -1,0 +1,157 @@
+"""The ``cpuft train`` job: check everything, load, fine-tune, evaluate, save, summarise."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cpuft.config import TrainConfig
+from cpuft.data.batching import Collator, TokenBatches
+from cpuft.data.prepare import encode, load_labelled
+from cpuft.errors import CpuftError
+from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
+from cpuft.speedups import SpeedPlan
+from cpuft.train.checkpoint import latest_checkpoint
+from cpuft.train.evaluate import evaluate
+from cpuft.train.loop import FitConfig, fit
+from cpuft.train.model_io import load_classifier, load_tokenizer, resolve_model
+from cpuft.train.runtime import versions
+
+RUN_MARKER = "cpuft_run.json"
+
+
+def prepare_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
+    """The output dir, ready for this run, and the checkpoint to resume from (if --resume)."""
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise CpuftError(f"--output-dir {out} is a file")
+    holds_run = (out / RUN_MARKER).is_file()
+    if cfg.resume:
+        ckpt = latest_checkpoint(out) if holds_run else None
+        if ckpt is None:
+            raise CpuftError(f"--resume: no checkpoint in {out}")
+        return out, ckpt
+    if out.is_dir() and any(out.iterdir()):
+        if not holds_run:
+            raise CpuftError(f"--output-dir {out} is not empty and holds no cpuft run: use another")
+        if not cfg.overwrite:
+            raise CpuftError(
+                f"--output-dir {out} holds another run: pass --overwrite to replace it, "
+                "or --resume to continue it"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, None
+
+
+def _trim_metrics(path: Path, last_step: int) -> None:
+    """Drop records after the checkpoint being resumed, so steps are not logged twice."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line)["step"] <= last_step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def run_train(cfg: TrainConfig, plan: SpeedPlan,
+              say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the whole job and return the summary (also written to summary.json)."""
+    out, resume_from = prepare_output_dir(cfg)
+    data = load_labelled(cfg)
+    model_name = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(model_name)
+    torch.manual_seed(cfg.seed)
+    model = load_classifier(model_name, data.label_map)
+    if tokenizer.pad_token_id is None:
+        raise CpuftError(f"--model {cfg.model}: the tokenizer has no padding token")
+    encoded = {
+        split: encode(data.texts[split], data.labels[split], tokenizer, cfg.max_seq_length)
+        for split in data.texts
+    }
+    if "token_type_ids" not in inspect.signature(model.forward).parameters:
+        for e in encoded.values():
+            e.token_type_ids = None
+    collator = Collator(
+        pad_id=tokenizer.pad_token_id,
+        fixed_length=0 if plan.dynamic_padding else cfg.max_seq_length,
+    )
+    source = TokenBatches(encoded["train"], collator, cfg.batch_size, cfg.seed,
+                          group_by_length=plan.group_by_length)
+    steps_per_epoch = math.ceil(source.num_batches(0) / cfg.grad_accum)
+    total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+
+    (out / RUN_MARKER).write_text(json.dumps({"config": asdict(cfg)}, indent=2) + "\n")
+    data.label_map.save(out / "label_map.json")
+    sinks: list[MetricSink] = []
+    if resume_from is not None:
+        say(f"resuming from {resume_from}")
+        _trim_metrics(out / "metrics.jsonl", int(resume_from.name.split("-")[-1]))
+    sinks.append(JsonlSink(out / "metrics.jsonl", append=resume_from is not None))
+    if cfg.progress:
+        sinks.append(ProgressSink(f"{data.task}"))
+    say(
+        f"fine-tuning {model_name} on {data.task}: {len(encoded['train'])} samples, "
+        f"{total_steps} steps, precision {plan.precision}, {plan.threads} threads, "
+        f"allocator {plan.allocator}, compile {plan.compile}"
+    )
+    result = fit(
+        model,
+        source,
+        FitConfig(
+            total_steps=total_steps,
+            lr=cfg.lr,
+            warmup_steps=math.ceil(cfg.warmup_ratio * total_steps),
+            lr_schedule=cfg.lr_schedule,
+            weight_decay=cfg.weight_decay,
+            max_grad_norm=cfg.max_grad_norm,
+            grad_accum=cfg.grad_accum,
+            precision=plan.precision,
+            fused_optimizer=plan.fused_optimizer,
+            compile=plan.compile == "on",
+            output_dir=out,
+            save_steps=cfg.save_steps,
+            log_steps=cfg.log_steps,
+            resume_from=resume_from,
+        ),
+        logger=MetricLogger(sinks),
+    )
+    evals = {
+        split: evaluate(model, encoded[split], collator, batch_size=cfg.eval_batch_size,
+                        precision=plan.precision, metrics=data.metrics,
+                        regression=data.label_map.regression)
+        for split in ("validation", "test") if split in encoded
+    }
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    summary: dict[str, Any] = {
+        "model": model_name,
+        "task": data.task,
+        "precision": plan.precision,
+        "compile": plan.compile,
+        "world_size": 1,
+        "train_samples": len(encoded["train"]),
+        "steps": result.steps,
+        "epochs": round(result.steps / steps_per_epoch, 4),
+        "batch_size": cfg.batch_size,
+        "grad_accum": cfg.grad_accum,
+        "train_seconds": round(result.train_seconds, 3),
+        "train_samples_per_second": round(result.samples_per_second, 3),
+        "train_tokens_per_second": round(result.tokens_per_second, 1),
+        "final_loss": result.final_loss,
+        "eval": evals["validation"],
+        "test": evals.get("test"),
+        "labels": data.label_map.to_json(),
+        "speedups": plan.to_dict(),
+        "versions": versions(),
+        "resumed_from": str(resume_from) if resume_from else None,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

