@@ -39,7 +39,7 @@ run: setup
 	$(BIN)/cpuft train
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
 test: setup lint

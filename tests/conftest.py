@@ -16,7 +16,8 @@ FILLER = ["the", "movie", "film", "plot", "was", "and", "a", "story", "cast", "r
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def make_tiny_model(folder: Path, num_labels: int = 2) -> Path:
+def make_tiny_model(folder: Path, num_labels: int = 2, dropout: float = 0.1,
+                    init_range: float = 0.02) -> Path:
     """A 2-layer, 32-wide BERT with random weights and a word-level tokenizer for the words here."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
@@ -37,6 +38,8 @@ def make_tiny_model(folder: Path, num_labels: int = 2) -> Path:
     config = BertConfig(
         vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=64, num_labels=num_labels,
+        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+        initializer_range=init_range,
     )
     import torch
 

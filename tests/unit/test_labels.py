@@ -30,7 +30,7 @@ def test_unknown_label_is_named():
 
 
 def test_single_class_rejected():
-    with pytest.raises(CpuftError, match="single class"):
+    with pytest.raises(CpuftError, match="one class"):
         LabelMap.infer(["a", "a"])
 
 

@@ -18,12 +18,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cpuft.cli import train_cmd
+    from cpuft.cli import bench_cmd, launch_cmd, train_cmd
 
     parser = _Parser(prog="cpuft", description="Fast fine-tuning of PyTorch models on CPUs.")
     parser.add_argument("--version", action="version", version=f"cpuft {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     train_cmd.register(sub)
+    launch_cmd.register(sub)
+    bench_cmd.register(sub)
     return parser
 
 
@@ -35,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # Re-executing (to preload an allocator) is only safe when this process is the command itself.
     args.may_reexec = argv is None
+    args.argv = list(argv or sys.argv[1:])[1:]
     try:
         code: int = args.handler(args)
         return code

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 from typing import Any
 
 from cpuft.cli.flags import add_train_flags, given_flags
+from cpuft.cli.launch_flags import add_launch_flags, build_launch, strip_launch_flags, wants_launch
 
 DESCRIPTION = """\
 Fine-tune a pretrained model for sequence classification (or regression).
@@ -29,35 +32,75 @@ def register(sub: Any) -> None:
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_train_flags(p)
+    add_launch_flags(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from cpuft.config import build_config, load_config_file
+    from cpuft.dist.env import rank_info
     from cpuft.launch.reexec import already_reexecuted, reexec
     from cpuft.speedups import allocator_env, make_plan
     from cpuft.topology import read_topology
 
     cfg = build_config(load_config_file(args.config) if args.config else {}, given_flags(args))
+    if wants_launch(args) and not rank_info(os.environ).distributed:
+        from cpuft.launch.run import run_job
+
+        return run_job(build_launch(args, strip_launch_flags(args.argv)))
+    if rank_info(os.environ).distributed:
+        prefix_output(os.environ.get("CPUFT_HOST", "localhost"), rank_info(os.environ).rank)
     plan = make_plan(cfg, read_topology())
     preload = allocator_env(plan)
     if preload and args.may_reexec and not already_reexecuted():
         reexec(sys.argv[1:], preload)
 
+    from cpuft.dist.group import init_distributed, shutdown
     from cpuft.train.job import run_train
     from cpuft.train.runtime import apply_plan
 
     apply_plan(plan, cfg.pin_cores)
-    summary = run_train(cfg, plan)
-    print_summary(summary, cfg.output_dir)
+    ctx = init_distributed(cfg.backend)
+    try:
+        summary = run_train(cfg, plan, dist=ctx)
+    finally:
+        shutdown(ctx)
+    if summary:
+        print_summary(summary, cfg.output_dir)
     return 0
+
+
+class _Prefixed(io.TextIOBase):
+    """Writes each line with a ``[host:rank]`` prefix, so that ranks' output can be told apart."""
+
+    def __init__(self, stream: Any, prefix: str) -> None:
+        self._stream, self._prefix, self._at_start = stream, prefix, True
+
+    def write(self, text: str) -> int:
+        for piece in text.splitlines(keepends=True):
+            if self._at_start:
+                self._stream.write(self._prefix)
+            self._stream.write(piece)
+            self._at_start = piece.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def prefix_output(host: str, rank: int) -> None:
+    sys.stdout = _Prefixed(sys.stdout, f"[{host}:{rank}] ")
+    sys.stderr = _Prefixed(sys.stderr, f"[{host}:{rank}] ")
 
 
 def print_summary(summary: dict[str, Any], output_dir: str) -> None:
     print(
         f"trained {summary['steps']} steps in {summary['train_seconds']:.1f}s "
-        f"({summary['train_samples_per_second']:.1f} samples/s, precision {summary['precision']}, "
-        f"allocator {summary['speedups']['allocator']})"
+        f"({summary['train_samples_per_second']:.1f} samples/s on {summary['world_size']} "
+        f"rank(s), precision {summary['precision']}, allocator {summary['speedups']['allocator']})"
     )
     for split in ("eval", "test"):
         if summary.get(split):

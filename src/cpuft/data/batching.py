@@ -69,27 +69,46 @@ class Collator:
         return batch
 
 
+def shard(batch: list[int], rank: int, world_size: int) -> list[int]:
+    """This rank's contiguous share of a global batch (shares differ in size by at most one)."""
+    n = len(batch)
+    return batch[rank * n // world_size : (rank + 1) * n // world_size]
+
+
 @dataclass(slots=True)
 class TokenBatches:
-    """The training batch source for an encoded split: ``fit`` asks it for each epoch's batches."""
+    """The training batch source for an encoded split: ``fit`` asks it for each epoch's batches.
+
+    With ``world_size`` > 1 the epoch's plan is made for the global batch
+    (``batch_size * world_size``) on every rank alike, and each rank takes its share of each
+    global batch: together the ranks see exactly what one process with the global batch sees.
+    """
 
     data: Encoded
     collator: Collator
     batch_size: int
     seed: int
     group_by_length: bool = True
+    rank: int = 0
+    world_size: int = 1
     _lengths: list[int] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self._lengths = self.data.lengths
 
-    def num_batches(self, epoch: int) -> int:
-        return -(-len(self.data) // self.batch_size)
-
-    def iterate(self, epoch: int, start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+    def _plan(self, epoch: int) -> list[list[int]]:
         plan = epoch_batches(
-            self._lengths, self.batch_size, seed=self.seed, epoch=epoch,
+            self._lengths, self.batch_size * self.world_size, seed=self.seed, epoch=epoch,
             group_by_length=self.group_by_length,
         )
-        for indices in plan[start:]:
-            yield self.collator(self.data, indices)
+        # A last global batch too small to give every rank a sample is dropped on all ranks.
+        return [b for b in plan if len(b) >= self.world_size]
+
+    def num_batches(self, epoch: int) -> int:
+        if self.world_size == 1:
+            return -(-len(self.data) // self.batch_size)
+        return len(self._plan(epoch))
+
+    def iterate(self, epoch: int, start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+        for batch in self._plan(epoch)[start:]:
+            yield self.collator(self.data, shard(batch, self.rank, self.world_size))

@@ -13,16 +13,23 @@ from typing import Any
 
 import torch
 
+from cpuft import compile_cache
 from cpuft.config import TrainConfig
 from cpuft.data.batching import Collator, TokenBatches
 from cpuft.data.prepare import encode, load_labelled
+from cpuft.dist.group import DistContext
 from cpuft.errors import CpuftError
 from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
-from cpuft.speedups import SpeedPlan
+from cpuft.speedups import SpeedPlan, choose_compile
 from cpuft.train.checkpoint import latest_checkpoint
 from cpuft.train.evaluate import evaluate
 from cpuft.train.loop import FitConfig, fit
-from cpuft.train.model_io import load_classifier, load_tokenizer, resolve_model
+from cpuft.train.model_io import (
+    apply_model_speedups,
+    load_classifier,
+    load_tokenizer,
+    resolve_model,
+)
 from cpuft.train.runtime import versions
 
 RUN_MARKER = "cpuft_run.json"
@@ -61,15 +68,39 @@ def _trim_metrics(path: Path, last_step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-def run_train(cfg: TrainConfig, plan: SpeedPlan,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the whole job and return the summary (also written to summary.json)."""
-    out, resume_from = prepare_output_dir(cfg)
+def decide_compile(plan: SpeedPlan, cfg: TrainConfig, samples: int) -> None:
+    """Compile only if a measurement on this machine says it pays back over ``samples``."""
+    m = compile_cache.lookup(compile_cache.key(
+        cpu=plan.cpu, model=cfg.model, precision=plan.precision,
+        max_seq_length=cfg.max_seq_length, torch_version=torch.__version__,
+    ))
+    plan.compile, plan.compile_reason = choose_compile(
+        "auto",
+        estimated_eager_seconds=m.eager_seconds_per_sample * samples if m else None,
+        measured_speedup=m.speedup if m else None,
+        compile_seconds=m.compile_seconds if m else None,
+    )
+    if m is None:
+        plan.compile_reason += " (measure it: cpuft bench --configs cpuft,cpuft-compile)"
+
+
+def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = print,
+              dist: DistContext | None = None) -> dict[str, Any]:
+    """Run the whole job and return the summary (also written to summary.json by rank 0)."""
+    main = dist is None or dist.info.is_main
+    if main:
+        out, resume_from = prepare_output_dir(cfg)
+    if dist is not None:
+        dist.barrier()  # rank 0 has checked, cleared or found the output dir
+        if not main:
+            out = Path(cfg.output_dir)
+            resume_from = latest_checkpoint(out) if cfg.resume else None
     data = load_labelled(cfg)
     model_name = resolve_model(cfg.model)
     tokenizer = load_tokenizer(model_name)
     torch.manual_seed(cfg.seed)
     model = load_classifier(model_name, data.label_map)
+    apply_model_speedups(model, plan)
     if tokenizer.pad_token_id is None:
         raise CpuftError(f"--model {cfg.model}: the tokenizer has no padding token")
     encoded = {
@@ -83,25 +114,30 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan,
         pad_id=tokenizer.pad_token_id,
         fixed_length=0 if plan.dynamic_padding else cfg.max_seq_length,
     )
+    rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
     source = TokenBatches(encoded["train"], collator, cfg.batch_size, cfg.seed,
-                          group_by_length=plan.group_by_length)
+                          group_by_length=plan.group_by_length, rank=rank, world_size=world)
     steps_per_epoch = math.ceil(source.num_batches(0) / cfg.grad_accum)
     total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    if plan.compile == "auto":
+        decide_compile(plan, cfg, samples=total_steps * cfg.batch_size * cfg.grad_accum)
 
-    (out / RUN_MARKER).write_text(json.dumps({"config": asdict(cfg)}, indent=2) + "\n")
-    data.label_map.save(out / "label_map.json")
     sinks: list[MetricSink] = []
-    if resume_from is not None:
-        say(f"resuming from {resume_from}")
-        _trim_metrics(out / "metrics.jsonl", int(resume_from.name.split("-")[-1]))
-    sinks.append(JsonlSink(out / "metrics.jsonl", append=resume_from is not None))
-    if cfg.progress:
-        sinks.append(ProgressSink(f"{data.task}"))
-    say(
-        f"fine-tuning {model_name} on {data.task}: {len(encoded['train'])} samples, "
-        f"{total_steps} steps, precision {plan.precision}, {plan.threads} threads, "
-        f"allocator {plan.allocator}, compile {plan.compile}"
-    )
+    if main:
+        (out / RUN_MARKER).write_text(json.dumps({"config": asdict(cfg)}, indent=2) + "\n")
+        data.label_map.save(out / "label_map.json")
+        if resume_from is not None:
+            say(f"resuming from {resume_from}")
+            _trim_metrics(out / "metrics.jsonl", int(resume_from.name.split("-")[-1]))
+        sinks.append(JsonlSink(out / "metrics.jsonl", append=resume_from is not None))
+        if cfg.progress:
+            sinks.append(ProgressSink(f"{data.task}"))
+        say(
+            f"fine-tuning {model_name} on {data.task}: {len(encoded['train'])} samples, "
+            f"{total_steps} steps of {cfg.batch_size * world * cfg.grad_accum} samples on "
+            f"{world} rank(s), precision {plan.precision}, {plan.threads} threads, "
+            f"allocator {plan.allocator}, compile {plan.compile}"
+        )
     result = fit(
         model,
         source,
@@ -120,9 +156,19 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan,
             save_steps=cfg.save_steps,
             log_steps=cfg.log_steps,
             resume_from=resume_from,
+            bucket_cap_mb=cfg.bucket_cap_mb,
+            grad_compression=cfg.grad_compression,
         ),
         logger=MetricLogger(sinks),
+        dist=dist,
     )
+    samples, tokens, comm_wait = float(result.samples), float(result.tokens), \
+        result.comm_wait_seconds
+    if dist is not None:
+        samples, tokens, comm_wait = dist.all_reduce_sum([samples, tokens, comm_wait])
+        comm_wait /= world
+    if not main:
+        return {}
     evals = {
         split: evaluate(model, encoded[split], collator, batch_size=cfg.eval_batch_size,
                         precision=plan.precision, metrics=data.metrics,
@@ -136,15 +182,22 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan,
         "task": data.task,
         "precision": plan.precision,
         "compile": plan.compile,
-        "world_size": 1,
+        "world_size": world,
+        "nodes": dist.nodes if dist else 1,
+        "backend": dist.backend if dist else None,
         "train_samples": len(encoded["train"]),
         "steps": result.steps,
         "epochs": round(result.steps / steps_per_epoch, 4),
         "batch_size": cfg.batch_size,
         "grad_accum": cfg.grad_accum,
         "train_seconds": round(result.train_seconds, 3),
-        "train_samples_per_second": round(result.samples_per_second, 3),
-        "train_tokens_per_second": round(result.tokens_per_second, 1),
+        "train_samples_per_second": round(samples / result.train_seconds, 3),
+        "train_tokens_per_second": round(tokens / result.train_seconds, 1),
+        "step_time_split": {
+            "seconds_per_step": round(result.train_seconds / max(1, len(result.step_seconds)), 5),
+            "comm_wait_fraction": round(comm_wait / result.train_seconds, 4),
+            "compute_fraction": round(1 - comm_wait / result.train_seconds, 4),
+        },
         "final_loss": result.final_loss,
         "eval": evals["validation"],
         "test": evals.get("test"),

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from cpuft.dist.group import DistContext
 from cpuft.errors import CpuftError
 from cpuft.metrics import MetricLogger
 from cpuft.optim import build_optimizer, constant_schedule, linear_schedule
@@ -57,6 +58,10 @@ class FitConfig:
     """Checkpoint every N steps; the last step is always saved when output_dir is set."""
     log_steps: int = 10
     resume_from: Path | None = None
+    bucket_cap_mb: float = 25.0
+    """DDP gradient bucket size (distributed runs)."""
+    grad_compression: str = "none"
+    """'none' or 'bf16': gradients are sent as bf16 (distributed runs)."""
 
 
 @dataclass(slots=True)
@@ -67,6 +72,9 @@ class FitResult:
     train_seconds: float
     final_loss: float
     losses: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    comm_wait_seconds: float = 0.0
+    """Time spent after the last gradient was computed, waiting for its reduction."""
 
     @property
     def samples_per_second(self) -> float:
@@ -113,8 +121,13 @@ def fit(
     *,
     loss_fn: LossFn | None = None,
     logger: MetricLogger | None = None,
+    dist: DistContext | None = None,
 ) -> FitResult:
-    """Train ``model`` for ``config.total_steps`` optimizer steps on ``source``'s batches."""
+    """Train ``model`` for ``config.total_steps`` optimizer steps on ``source``'s batches.
+
+    With ``dist`` the model is wrapped in DDP; ``source`` must give each rank its share.
+    Rank 0 alone writes checkpoints; logged loss and speed are reduced over all ranks.
+    """
     loss_fn = loss_fn or default_loss
     logger = logger or MetricLogger()
     optimizer = build_optimizer(
@@ -142,8 +155,10 @@ def fit(
                 f"the checkpoint is at step {step}, already at --max-steps {config.total_steps}"
             )
 
+    main_rank = dist is None or dist.info.is_main
+
     def checkpoint() -> None:
-        if config.output_dir is not None:
+        if config.output_dir is not None and main_rank:
             save_checkpoint(config.output_dir, step, {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
@@ -154,7 +169,14 @@ def fit(
                 "position": position,
             })
 
-    forward_model: nn.Module = torch.compile(model) if config.compile else model  # type: ignore[assignment]
+    forward_model: nn.Module = model
+    if dist is not None:
+        from cpuft.dist.group import wrap_model
+
+        forward_model = wrap_model(model, dist, bucket_cap_mb=config.bucket_cap_mb,
+                                   grad_compression=config.grad_compression)
+    if config.compile:
+        forward_model = torch.compile(forward_model)  # type: ignore[assignment]
     model.train()
     result = FitResult(steps=step, samples=0, tokens=0, train_seconds=0.0, final_loss=math.nan)
     logger.start(config.total_steps, step)
@@ -167,13 +189,21 @@ def fit(
                 raise CpuftError("the training data gives no batches")
             batches = source.iterate(epoch, position)
             while position < n_batches and step < config.total_steps:
+                step_started = time.perf_counter()
                 group = min(config.grad_accum, n_batches - position)
                 step_loss = 0.0
-                for _ in range(group):
+                for micro in range(group):
                     batch = next(batches)
-                    with autocast_for(config.precision):
-                        loss = loss_fn(forward_model, batch)
-                    (loss / group).backward()
+                    # Gradients are reduced across ranks only on a step's last micro-batch.
+                    sync = dist is None or micro == group - 1
+                    no_sync = contextlib.nullcontext() if sync else forward_model.no_sync()  # type: ignore[operator]
+                    with no_sync:
+                        with autocast_for(config.precision):
+                            loss = loss_fn(forward_model, batch)
+                        (loss / group).backward()
+                    if dist is not None and sync and dist.timer.last_hook:
+                        result.comm_wait_seconds += time.perf_counter() - dist.timer.last_hook
+                        dist.timer.last_hook = 0.0
                     step_loss += float(loss.detach()) / group
                     samples, tokens = _batch_counts(batch)
                     window["samples"] += samples
@@ -191,6 +221,7 @@ def fit(
                     raise CpuftError(f"loss became {step_loss} at step {step}: lower --lr")
                 result.losses.append(step_loss)
                 now = time.perf_counter()
+                result.step_seconds.append(now - step_started)
                 elapsed = max(now - window["start"], 1e-9)
                 record = {
                     "step": step,
@@ -202,6 +233,12 @@ def fit(
                 }
                 logger.step(record)
                 if step % config.log_steps == 0 or step == config.total_steps:
+                    if dist is not None:
+                        samples_sum, tokens_sum, loss_sum = dist.all_reduce_sum(
+                            [window["samples"], window["tokens"], step_loss])
+                        record |= {"loss": loss_sum / dist.info.world_size,
+                                   "samples_per_second": samples_sum / elapsed,
+                                   "tokens_per_second": tokens_sum / elapsed}
                     logger.log(record)
                     window = {"samples": 0, "tokens": 0, "start": now}
                 if position >= n_batches:

@@ -8,6 +8,8 @@ from typing import Any
 
 from cpuft.data.labels import LabelMap
 from cpuft.errors import CpuftError
+from cpuft.speedups import SpeedPlan
+from cpuft.train.fast_dropout import ATTENTION_NAME, register_attention, swap_dropout
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 
@@ -61,6 +63,24 @@ def load_tokenizer(name: str) -> Any:
         if Path(name).is_dir():
             raise CpuftError(f"--model {name}: no usable tokenizer in the folder ({e})") from None
         raise _offline_error(name, e) from None
+
+
+def apply_model_speedups(model: Any, plan: SpeedPlan) -> None:
+    """Swap in the fast dropout and the chosen attention kernel; record what the model runs."""
+    if plan.fast_dropout:
+        swap_dropout(model)
+    attention = plan.attention
+    if attention == ATTENTION_NAME:
+        register_attention()
+    if attention != "default":
+        try:
+            model.set_attn_implementation(attention)
+        except (ValueError, ImportError, AttributeError) as e:
+            if plan.attention_reason == "requested":
+                raise CpuftError(f"this model cannot use {attention} attention ({e}): "
+                                 "pass --attention auto") from None
+            plan.attention_reason = f"the model has no switchable attention: {attention} not used"
+    plan.attention = str(getattr(model.config, "_attn_implementation", None) or "default")
 
 
 def load_classifier(name: str, label_map: LabelMap) -> Any:

@@ -1,0 +1,1 @@
+"""``cpuft bench``: cpuft against the stock ways, side by side in one run."""

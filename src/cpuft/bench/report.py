@@ -1,0 +1,90 @@
+"""The benchmark's table (terminal and markdown) and bar chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cpuft.bench.spec import CONFIGS, OPTIONAL_CONFIGS
+
+COLUMNS = ("model", "configuration", "precision", "samples/s", "tokens/s", "peak MB", "accuracy",
+           "vs stock-2021")
+
+
+def rows(report: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for model, entry in report["models"].items():
+        configs = entry["configs"]
+        stock = configs.get("stock-2021", {}).get("samples_per_second")
+        for name in CONFIGS + OPTIONAL_CONFIGS:
+            if name not in configs:
+                continue
+            c = configs[name]
+            ratio = f"{c['samples_per_second'] / stock:.2f}x" if stock else "-"
+            out.append([model, name, c["precision"], f"{c['samples_per_second']:.1f}",
+                        f"{c['tokens_per_second']:.0f}", f"{c['peak_memory_mb']:.0f}",
+                        f"{c['accuracy']:.4f}", ratio])
+    return out
+
+
+def verdicts(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for model, entry in report["models"].items():
+        for key, target in report["targets"].items():
+            if key in entry:
+                ok = "met" if entry[key] >= target else "NOT met"
+                lines.append(f"{model}: cpuft {key.replace('_', ' ')} = {entry[key]:.2f}x "
+                             f"(target {target}x: {ok})")
+        if "mfu" in entry:
+            lines.append(f"{model}: cpuft model FLOPs utilisation {entry['mfu']:.1%}")
+    gf = report["matmul_gflops"]
+    lines.append(f"matmul 2048x2048: bf16 {gf['bf16']:.0f} GFLOP/s, fp32 {gf['fp32']:.0f} GFLOP/s")
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(report)]
+    return "\n".join(lines) + "\n\n" + "\n".join(f"- {v}" for v in verdicts(report)) + "\n"
+
+
+def print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="cpuft bench")
+    for c in COLUMNS:
+        table.add_column(c, justify="left" if c in ("model", "configuration") else "right")
+    for r in rows(report):
+        table.add_row(*r)
+    console = Console(width=max(Console().width, 110))
+    console.print(table)
+    for v in verdicts(report):
+        console.print(v, highlight=False)
+
+
+def bar_chart(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(report["models"])
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    colours = {"stock-2021": "#9e9e9e", "trainer-best": "#5c8ac4", "cpuft": "#e07b39",
+               "cpuft-compile": "#f2b48a"}
+    for ax, model in zip(axes[0], models, strict=True):
+        configs = report["models"][model]["configs"]
+        names = [n for n in CONFIGS + OPTIONAL_CONFIGS if n in configs]
+        speeds = [configs[n]["samples_per_second"] for n in names]
+        bars = ax.bar(names, speeds, color=[colours[n] for n in names])
+        for bar, n in zip(bars, names, strict=True):
+            ax.annotate(f"{configs[n]['samples_per_second']:.1f}\nacc {configs[n]['accuracy']:.3f}",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+        ax.set_title(f"{model}: training samples/s")
+        ax.set_ylim(0, max(speeds) * 1.25)
+        ax.set_ylabel("samples/s (higher is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,147 @@
+"""Run every configuration on every model, each in a fresh worker process, then compare."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cpuft import compile_cache
+from cpuft.bench.spec import CONFIGS, OPTIONAL_CONFIGS, RunSpec
+from cpuft.config import TrainConfig
+from cpuft.errors import CpuftError
+from cpuft.launch.workers import run_worker
+from cpuft.speedups import allocator_env, make_plan
+from cpuft.topology import read_topology
+
+# (steps, batch size, validation rows scored; 0 = all). bert-base has random weights: its
+# accuracy only shows that all three ways train alike, so fewer rows are scored.
+SIZES = {
+    "quick": {"minilm": (100, 32, 0), "bert-base": (8, 8, 256)},
+    "full": {"minilm": (321, 32, 0), "bert-base": (40, 8, 0)},
+}
+TARGETS = {"speedup_vs_trainer_best": 1.5, "speedup_vs_stock_2021": 3.0}
+WORKER_TIMEOUT_S = 3600.0
+
+
+@dataclass(kw_only=True, slots=True)
+class BenchOptions:
+    """What ``cpuft bench`` runs."""
+
+    models: list[str] = field(default_factory=lambda: ["minilm", "bert-base"])
+    configs: list[str] = field(default_factory=lambda: list(CONFIGS))
+    quick: bool = False
+    steps: int = 0
+    """Overrides the steps of every model when positive."""
+    batch_size: int = 0
+    """Overrides the batch size of every model when positive."""
+    max_seq_length: int = 128
+
+
+def plan_runs(opts: BenchOptions) -> list[RunSpec]:
+    known = CONFIGS + OPTIONAL_CONFIGS
+    unknown = [c for c in opts.configs if c not in known]
+    if unknown:
+        raise CpuftError(f"unknown configuration {unknown[0]!r}: choose from {', '.join(known)}")
+    sizes = SIZES["quick" if opts.quick else "full"]
+    runs = []
+    for model in opts.models:
+        steps, batch, eval_rows = sizes.get(model, sizes["minilm"])
+        for config in opts.configs:
+            runs.append(RunSpec(
+                config=config, model=model, steps=opts.steps or steps,
+                batch_size=opts.batch_size or batch, max_seq_length=opts.max_seq_length,
+                eval_samples=eval_rows,
+            ))
+    return runs
+
+
+def _run(spec: RunSpec, cpuft_env: dict[str, str]) -> dict[str, Any]:
+    # Only cpuft gets its allocator; the stock ways run as a user would start them.
+    ours = spec.config.startswith("cpuft")
+    env = cpuft_env if ours else {}
+    unset = () if ours else ("LD_PRELOAD", "MALLOC_CONF")
+    stdout = run_worker("cpuft.bench.worker", [spec.to_json()], env, unset,
+                        timeout=WORKER_TIMEOUT_S)
+    lines = [line for line in stdout.splitlines() if line.startswith("{\"")]
+    if not lines:
+        raise CpuftError(f"benchmark worker for {spec.config} on {spec.model} printed no result")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def compile_measurement(eager: dict[str, Any], compiled: dict[str, Any],
+                        batch_size: int) -> compile_cache.CompileMeasurement:
+    """Steady pace of each run (median of its second half) and the compiled run's start-up cost."""
+
+    def steady(steps: list[float]) -> float:
+        return statistics.median(steps[len(steps) // 2 :])
+
+    eager_step, compiled_step = steady(eager["step_seconds"]), steady(compiled["step_seconds"])
+    overhead = sum(compiled["step_seconds"]) - compiled_step * len(compiled["step_seconds"])
+    return compile_cache.CompileMeasurement(
+        eager_seconds_per_sample=eager_step / batch_size,
+        compiled_seconds_per_sample=compiled_step / batch_size,
+        compile_seconds=max(overhead, 0.0),
+    )
+
+
+def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str, Any]:
+    """Per model: each configuration's numbers, cpuft's speed-ups and its FLOP utilisation."""
+    report: dict[str, Any] = {"matmul_gflops": {"bf16": matmul["bf16_gflops"],
+                                                "fp32": matmul["fp32_gflops"]}, "models": {}}
+    for r in results:
+        entry = report["models"].setdefault(r["model"], {"configs": {}})
+        entry["configs"][r["config"]] = {k: r[k] for k in (
+            "samples_per_second", "tokens_per_second", "peak_memory_mb", "accuracy", "precision",
+            "allocator", "threads", "train_seconds")}
+        if r["config"] == "cpuft":
+            peak = matmul["bf16_gflops" if r["precision"] == "bf16" else "fp32_gflops"] * 1e9
+            entry["mfu"] = r["flops_per_sample"] * r["samples_per_second"] / peak
+    for entry in report["models"].values():
+        configs = entry["configs"]
+        if "cpuft" not in configs:
+            continue
+        ours = configs["cpuft"]["samples_per_second"]
+        for other, key in (("stock-2021", "speedup_vs_stock_2021"),
+                           ("trainer-best", "speedup_vs_trainer_best")):
+            if other in configs:
+                entry[key] = ours / configs[other]["samples_per_second"]
+                entry[key.replace("speedup", "accuracy_delta")] = (
+                    configs["cpuft"]["accuracy"] - configs[other]["accuracy"])
+    return report
+
+
+def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
+    plan = make_plan(TrainConfig(max_seq_length=opts.max_seq_length), read_topology())
+    cpuft_env = allocator_env(plan)
+    say("measuring matmul FLOP/s (bf16, fp32)")
+    matmul = _run(RunSpec(config="matmul", model="-", steps=0, batch_size=0), cpuft_env)
+    results = []
+    runs = plan_runs(opts)
+    for i, spec in enumerate(runs, 1):
+        say(f"[{i}/{len(runs)}] {spec.model} {spec.config}: {spec.steps} steps of "
+            f"{spec.batch_size}")
+        r = _run(spec, cpuft_env)
+        say(f"    {r['samples_per_second']:.1f} samples/s, accuracy {r['accuracy']:.4f}, "
+            f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}")
+        results.append(r)
+    by_model: dict[str, dict[str, dict[str, Any]]] = {}
+    for spec, r in zip(runs, results, strict=True):
+        by_model.setdefault(spec.model, {})[spec.config] = r
+    for spec in runs:
+        done = by_model[spec.model]
+        if spec.config == "cpuft-compile" and "cpuft" in done:
+            m = compile_measurement(done["cpuft"], done["cpuft-compile"], spec.batch_size)
+            compile_cache.store(compile_cache.key(
+                cpu=plan.cpu, model=spec.model, precision=done["cpuft"]["precision"],
+                max_seq_length=spec.max_seq_length, torch_version=done["cpuft"]["torch"],
+            ), m)
+            say(f"{spec.model}: compile {m.speedup:.2f}x steady speed, costs "
+                f"{m.compile_seconds:.0f}s; saved for `cpuft train --compile auto`")
+    report = compare(results, matmul)
+    report["quick"] = opts.quick
+    report["targets"] = TARGETS
+    return report

@@ -1,0 +1,174 @@
+"""One benchmark configuration, run in its own process: ``python -m cpuft.bench.worker SPEC``.
+
+Prints its result as one JSON line. Each configuration gets a fresh process so that an
+allocator preloaded for cpuft (or memory held by a previous run) cannot help or hurt another.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from cpuft.bench.spec import RunSpec
+from cpuft.config import TrainConfig
+from cpuft.data.batching import Collator, TokenBatches
+from cpuft.data.prepare import Encoded, encode, load_labelled
+from cpuft.speedups import make_plan
+from cpuft.topology import read_topology
+from cpuft.train.evaluate import evaluate
+from cpuft.train.loop import FitConfig, fit
+from cpuft.train.model_io import (
+    apply_model_speedups,
+    default_model_path,
+    load_classifier,
+    load_tokenizer,
+    resolve_model,
+)
+from cpuft.train.runtime import apply_plan, loaded_allocator
+
+
+def measure_matmul(dtype: torch.dtype, n: int = 2048, seconds: float = 1.5) -> float:
+    """Sustained GFLOP/s of an n x n matmul in ``dtype`` on this process's threads."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * n**3 * count / (time.perf_counter() - start) / 1e9
+
+
+def build_model(spec: RunSpec, label_map: Any) -> tuple[Any, Any]:
+    torch.manual_seed(spec.seed)
+    if spec.model == "bert-base":
+        from transformers import BertConfig, BertForSequenceClassification
+
+        tokenizer = load_tokenizer(default_model_path())
+        config = BertConfig(id2label=label_map.id2label(),  # bert-base's default sizes
+                            label2id={v: k for k, v in label_map.id2label().items()})
+        return BertForSequenceClassification(config), tokenizer
+    path = default_model_path() if spec.model == "minilm" else resolve_model(spec.model)
+    return load_classifier(path, label_map), load_tokenizer(path)
+
+
+def flops_per_sample(model: Any, mean_tokens: float) -> float:
+    """Training FLOPs for one sample: 6 x non-embedding params x tokens, plus attention."""
+    params = sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
+    cfg = model.config
+    attention = 12 * cfg.num_hidden_layers * cfg.hidden_size * mean_tokens**2
+    return float(6 * params * mean_tokens + attention)
+
+
+def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any, train: Encoded) -> float:
+    """Seconds for ``spec.steps`` steps with transformers' Trainer, as a user would set it up."""
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+
+    stock = spec.config == "stock-2021"
+    width = spec.max_seq_length
+    rows = []
+    for i, ids in enumerate(train.input_ids):
+        pad = width - len(ids) if stock else 0
+        row = {"input_ids": ids + [tokenizer.pad_token_id] * pad,
+               "attention_mask": [1] * len(ids) + [0] * pad, "labels": train.labels[i]}
+        if train.token_type_ids is not None:
+            row["token_type_ids"] = train.token_type_ids[i] + [0] * pad
+        rows.append(row)
+    bf16 = not stock and read_topology().isa.native_bf16
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArguments(
+            output_dir=tmp,
+            use_cpu=True,
+            bf16=bf16,
+            # 2021's Trainer: the unfused torch AdamW, random batches padded to max_length.
+            optim="adamw_torch" if stock else "adamw_torch_fused",
+            train_sampling_strategy="random" if stock else "group_by_length",
+            per_device_train_batch_size=spec.batch_size,
+            max_steps=spec.steps,
+            learning_rate=spec.lr,
+            weight_decay=spec.weight_decay,
+            warmup_steps=0,
+            seed=spec.seed,
+            save_strategy="no",
+            logging_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=rows,
+                          data_collator=DataCollatorWithPadding(tokenizer))
+        output = trainer.train()
+    return float(output.metrics["train_runtime"])
+
+
+def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
+                    train: Encoded) -> tuple[float, str, list[float]]:
+    plan = apply_plan(make_plan(TrainConfig(max_seq_length=spec.max_seq_length), read_topology()),
+                      pin_cores=True)
+    apply_model_speedups(model, plan)
+    source = TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id), spec.batch_size,
+                          spec.seed)
+    result = fit(model, source, FitConfig(
+        total_steps=spec.steps, lr=spec.lr, weight_decay=spec.weight_decay,
+        precision=plan.precision, fused_optimizer=True, log_steps=spec.steps,
+        compile=spec.config == "cpuft-compile",
+    ))
+    return result.train_seconds, plan.precision, result.step_seconds
+
+
+def run(spec: RunSpec) -> dict[str, Any]:
+    if spec.config == "matmul":
+        return {"bf16_gflops": measure_matmul(torch.bfloat16),
+                "fp32_gflops": measure_matmul(torch.float32), "threads": torch.get_num_threads()}
+    data = load_labelled(TrainConfig())
+    model, tokenizer = build_model(spec, data.label_map)
+    train = encode(data.texts["train"], data.labels["train"], tokenizer, spec.max_seq_length)
+    val_texts, val_labels = data.texts["validation"], data.labels["validation"]
+    if spec.eval_samples:
+        val_texts, val_labels = val_texts[: spec.eval_samples], val_labels[: spec.eval_samples]
+    validation = encode(val_texts, val_labels, tokenizer, spec.max_seq_length)
+    step_seconds: list[float] = []
+    if spec.config.startswith("cpuft"):
+        seconds, precision, step_seconds = train_with_cpuft(spec, model, tokenizer, train)
+    else:
+        seconds = train_with_trainer(spec, model, tokenizer, train)
+        precision = "bf16" if spec.config == "trainer-best" and read_topology().isa.native_bf16 \
+            else "fp32"
+    scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
+                      batch_size=128, precision=precision, metrics=("accuracy",),
+                      regression=False)
+    samples = spec.steps * spec.batch_size
+    mean_tokens = sum(train.lengths) / len(train)
+    return {
+        "config": spec.config,
+        "model": spec.model,
+        "precision": precision,
+        "allocator": loaded_allocator(),
+        "threads": torch.get_num_threads(),
+        "train_seconds": seconds,
+        "samples_per_second": samples / seconds,
+        "tokens_per_second": samples * mean_tokens / seconds,
+        "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "accuracy": scores["accuracy"],
+        "flops_per_sample": flops_per_sample(model, mean_tokens),
+        "step_seconds": step_seconds,
+        "torch": torch.__version__,
+    }
+
+
+def main() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    spec = RunSpec.from_json(sys.argv[1])
+    print(json.dumps(run(spec)))
+
+
+if __name__ == "__main__":
+    main()

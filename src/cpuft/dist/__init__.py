@@ -1,0 +1,1 @@
+"""torch.distributed for training: the only package that touches process groups."""

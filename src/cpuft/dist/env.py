@@ -1,0 +1,40 @@
+"""Who this process is in a job, from whichever launcher started it (no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+# (rank, world size, local rank) variables of each launcher, in order of preference.
+LAUNCHER_VARS = (
+    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),  # Open MPI
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),  # Intel MPI, MPICH (Hydra)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def rank_info(environ: Mapping[str, str]) -> RankInfo:
+    """Rank, world size and local rank; a single process when no launcher set them."""
+    for rank_var, size_var, local_var in LAUNCHER_VARS:
+        if rank_var in environ and size_var in environ:
+            return RankInfo(
+                rank=int(environ[rank_var]),
+                world_size=int(environ[size_var]),
+                local_rank=int(environ.get(local_var, "0")),
+            )
+    return RankInfo()

@@ -1,0 +1,114 @@
+"""Process group, DDP wrapping, gradient-compression hook and metric reductions."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cpuft.dist.env import RankInfo, rank_info
+from cpuft.errors import CpuftError
+
+
+def choose_backend(requested: str = "auto") -> str:
+    """oneCCL's 'ccl' where its binding imports, 'mpi' where torch was built with it and an MPI
+    launcher started us, else gloo (the backend of torch's CPU wheels)."""
+    if requested != "auto":
+        return requested
+    if importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None:
+        import oneccl_bindings_for_pytorch  # noqa: F401
+
+        return "ccl"
+    mpi_launched = "OMPI_COMM_WORLD_RANK" in os.environ or "PMI_RANK" in os.environ
+    if mpi_launched and dist.is_mpi_available():
+        return "mpi"
+    return "gloo"
+
+
+@dataclass(slots=True)
+class CommTimer:
+    """Times how long each step waits for gradients to be reduced after compute has finished."""
+
+    last_hook: float = 0.0
+    wait_seconds: float = 0.0
+
+    def mark(self) -> None:
+        self.last_hook = time.perf_counter()
+
+
+@dataclass(slots=True)
+class DistContext:
+    info: RankInfo
+    backend: str
+    nodes: int
+    timer: CommTimer = field(default_factory=CommTimer)
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+
+def init_distributed(backend: str = "auto", timeout_s: float = 120.0) -> DistContext | None:
+    """Join the job's process group when a launcher started this process as one of many."""
+    info = rank_info(os.environ)
+    if not info.distributed:
+        return None
+    chosen = choose_backend(backend)
+    try:
+        dist.init_process_group(chosen, rank=info.rank, world_size=info.world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as e:
+        raise CpuftError(f"rank {info.rank} could not join the job on {chosen}: {e}") from None
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                                  info.world_size)))
+    return DistContext(info=info, backend=chosen, nodes=max(1, info.world_size // max(local, 1)))
+
+
+def shutdown(ctx: DistContext | None) -> None:
+    if ctx is not None and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _timed_hook(timer: CommTimer, compress: bool) -> Any:
+    # No annotations: DDP compares them with dist.GradBucket, and postponed ones are strings.
+    def hook(state, bucket):
+        timer.mark()
+        buffer = bucket.buffer()
+        world = dist.get_world_size()
+        if compress:
+            half = buffer.to(torch.bfloat16).div_(world)
+            fut = dist.all_reduce(half, async_op=True).get_future()
+
+            def back(f: torch.futures.Future[Any]) -> torch.Tensor:
+                buffer.copy_(f.value()[0])
+                return buffer
+
+            return fut.then(back)
+        buffer.div_(world)
+        fut = dist.all_reduce(buffer, async_op=True).get_future()
+        return fut.then(lambda f: f.value()[0])
+
+    return hook
+
+
+def wrap_model(model: nn.Module, ctx: DistContext, *, bucket_cap_mb: float,
+               grad_compression: str) -> nn.Module:
+    """DDP with a hook that times communication and, with 'bf16', halves what is sent."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if grad_compression not in ("none", "bf16"):
+        raise CpuftError(f"unknown --grad-compression {grad_compression!r}: use none or bf16")
+    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
+    ddp.register_comm_hook(None, _timed_hook(ctx.timer, grad_compression == "bf16"))
+    return ddp

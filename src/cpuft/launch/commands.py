@@ -1,0 +1,136 @@
+"""Pure builders of the commands that start a job: ``(config) -> (argv, env)``, nothing started.
+
+One torchrun agent per node (local, or through a remote shell), or one ``mpirun``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cpuft.errors import CpuftError
+from cpuft.launch.hostfile import Host
+
+DEFAULT_REMOTE_SHELL = "ssh -o BatchMode=yes {host} {command}"
+# Environment a rank needs from the launching machine, forwarded to every node.
+FORWARD_PREFIXES = ("CPUFT_", "OMP_", "KMP_", "GOMP_", "HF_", "TOKENIZERS_", "MALLOC_CONF",
+                    "LD_PRELOAD", "GLOO_", "TORCH_")
+
+
+@dataclass(kw_only=True, slots=True)
+class LaunchConfig:
+    """A job: which hosts, how many ranks each, how they meet, and what each rank runs."""
+
+    hosts: list[Host]
+    nproc_per_node: int
+    launcher: str = "local"
+    """'local' (torchrun here), 'ssh' (torchrun on each host through --remote-shell), 'mpirun'."""
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    max_restarts: int = 0
+    remote_shell: str = DEFAULT_REMOTE_SHELL
+    mpi: str = "openmpi"
+    """'openmpi' or 'intelmpi' (also MPICH's Hydra)."""
+    workdir: str = "."
+    python: str = sys.executable
+    rdzv_id: str = "cpuft"
+    module_args: list[str] = field(default_factory=lambda: ["-m", "cpuft", "train"])
+    train_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for every rank (placement, allocator, forwarded variables)."""
+    host_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per-host additions, e.g. GLOO_SOCKET_IFNAME for the interface that routes to the master."""
+    host_addr: dict[str, str] = field(default_factory=dict)
+    """Each host's address on the cluster network (torchrun's --local-addr)."""
+    run_as_root: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return len(self.hosts) * self.nproc_per_node
+
+
+def torchrun_args(cfg: LaunchConfig, node_rank: int) -> list[str]:
+    """The torchrun (``python -m torch.distributed.run``) command of one node's agent."""
+    host = cfg.hosts[node_rank]
+    args = [
+        cfg.python, "-m", "torch.distributed.run",
+        f"--nnodes={len(cfg.hosts)}",
+        f"--nproc-per-node={cfg.nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={cfg.master_addr}:{cfg.master_port}",
+        f"--rdzv-id={cfg.rdzv_id}",
+        # The first host serves the rendezvous store; the others must not try to.
+        f"--rdzv-conf=is_host={'true' if node_rank == 0 else 'false'}",
+        f"--max-restarts={cfg.max_restarts}",
+        "--monitor-interval=1",
+    ]
+    if host.name in cfg.host_addr:
+        args.append(f"--local-addr={cfg.host_addr[host.name]}")
+    return [*args, *cfg.module_args, *cfg.train_args]
+
+
+def _env_for(cfg: LaunchConfig, host: str) -> dict[str, str]:
+    return {**cfg.env, **cfg.host_env.get(host, {}),
+            "MASTER_ADDR": cfg.master_addr, "MASTER_PORT": str(cfg.master_port)}
+
+
+def local_command(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
+    """One torchrun agent on this machine; env is what to add to the caller's environment."""
+    if len(cfg.hosts) != 1:
+        raise CpuftError("the local launcher runs on one host: use --launcher ssh or mpirun")
+    return torchrun_args(cfg, 0), _env_for(cfg, cfg.hosts[0].name)
+
+
+def remote_command(template: str, host: str, script: str) -> list[str]:
+    """The remote-shell argv that runs ``script`` (a POSIX shell line) on ``host``.
+
+    ``{command}`` in the template receives the script as one argument (ssh hands it to the
+    remote shell); a template without it gets ``sh -c SCRIPT`` appended (``ip netns exec``).
+    """
+    parts = [p.replace("{host}", host) for p in shlex.split(template)]
+    if "{command}" in parts:
+        return [script if p == "{command}" else p for p in parts]
+    return [*parts, "sh", "-c", script]
+
+
+def ssh_commands(cfg: LaunchConfig) -> list[tuple[str, list[str]]]:
+    """Per host, the argv that starts its torchrun agent there (environment set inline)."""
+    out = []
+    for node_rank, host in enumerate(cfg.hosts):
+        env = _env_for(cfg, host.name)
+        assignments = [f"{k}={v}" for k, v in sorted(env.items())]
+        script = (f"cd {shlex.quote(cfg.workdir)} && exec env "
+                  + shlex.join([*assignments, *torchrun_args(cfg, node_rank)]))
+        out.append((host.name, remote_command(cfg.remote_shell, host.name, script)))
+    return out
+
+
+def mpirun_command(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
+    """One mpirun for every rank on every host; ranks read PMI_* or OMPI_COMM_WORLD_*."""
+    env = {**cfg.env, "MASTER_ADDR": cfg.master_addr, "MASTER_PORT": str(cfg.master_port)}
+    program = [cfg.python, *cfg.module_args, *cfg.train_args]
+    n = cfg.world_size
+    if cfg.mpi == "openmpi":
+        hosts = ",".join(f"{h.name}:{cfg.nproc_per_node}" for h in cfg.hosts)
+        argv = ["mpirun", "-np", str(n), "-H", hosts, "--map-by", f"ppr:{cfg.nproc_per_node}:node",
+                "--bind-to", "none", "--wdir", cfg.workdir]
+        if cfg.run_as_root:
+            argv.append("--allow-run-as-root")
+        for key in sorted(env):
+            argv += ["-x", key]
+        return [*argv, *program], env
+    if cfg.mpi == "intelmpi":
+        argv = ["mpirun", "-n", str(n), "-ppn", str(cfg.nproc_per_node),
+                "-hosts", ",".join(h.name for h in cfg.hosts), "-wdir", cfg.workdir]
+        for key in sorted(env):
+            argv += ["-genv", key, env[key]]
+        return [*argv, *program], {}
+    raise CpuftError(f"unknown MPI {cfg.mpi!r}: use openmpi or intelmpi")
+
+
+def forwarded_env(
+    environ: dict[str, str], names: Sequence[str] = FORWARD_PREFIXES
+) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k.startswith(tuple(names))}

@@ -1,0 +1,148 @@
+"""Start a job's processes, stream their output with a host prefix, and stop them together."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cpuft.errors import CpuftError
+from cpuft.launch.commands import (
+    LaunchConfig,
+    local_command,
+    mpirun_command,
+    remote_command,
+    ssh_commands,
+)
+from cpuft.launch.netinfo import is_ip, parse_addrs, route_to
+
+PROBE_TIMEOUT_S = 15.0
+STOP_GRACE_S = 10.0
+
+
+def probe(cfg: LaunchConfig, host: str, script: str) -> str:
+    """Run a short shell line on ``host`` through the remote shell; its stdout."""
+    argv = remote_command(cfg.remote_shell, host, script)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        raise CpuftError(f"host {host} did not answer within {PROBE_TIMEOUT_S:.0f}s "
+                         f"through `{cfg.remote_shell}`") from None
+    except FileNotFoundError:
+        raise CpuftError(f"remote shell not found: {argv[0]}") from None
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise CpuftError(f"host {host} is not reachable through `{cfg.remote_shell}`: {why}")
+    return proc.stdout
+
+
+def resolve_network(cfg: LaunchConfig, master_given: bool) -> None:
+    """Master address from the first host; per host, the interface and address that reach it."""
+    first = cfg.hosts[0].name
+    if not master_given:
+        if is_ip(first):
+            cfg.master_addr = first.strip("[]")
+        else:
+            addrs = parse_addrs(probe(cfg, first, "ip -o -4 addr show"))
+            if not addrs:
+                raise CpuftError(f"host {first} has no IPv4 address besides loopback: "
+                                 "pass --master-addr")
+            cfg.master_addr = addrs[0][1]
+    for host in cfg.hosts:
+        out = probe(cfg, host.name,
+                    f"ip -o -4 addr show; echo ---; ip -o route get {cfg.master_addr}")
+        addr_text, _, route_text = out.partition("---")
+        route = route_to(cfg.master_addr, route_text, addr_text)
+        if route is None:
+            raise CpuftError(f"host {host.name} has no route to the master {cfg.master_addr}")
+        cfg.host_env.setdefault(host.name, {}).update(
+            {"GLOO_SOCKET_IFNAME": route.ifname, "CPUFT_HOST": host.name})
+        cfg.host_addr[host.name] = route.local_addr
+
+
+@dataclass(slots=True)
+class _Proc:
+    host: str
+    popen: subprocess.Popen[str]
+    reader: threading.Thread
+
+
+def _stream(host: str, pipe: object, lock: threading.Lock) -> None:
+    for line in pipe:  # type: ignore[attr-defined]
+        text = line if line.startswith("[") else f"[{host}] {line}"
+        with lock:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+
+def _start(host: str, argv: Sequence[str], env: dict[str, str],
+           lock: threading.Lock) -> _Proc:
+    popen = subprocess.Popen(
+        list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1,
+    )
+    reader = threading.Thread(target=_stream, args=(host, popen.stdout, lock), daemon=True)
+    reader.start()
+    return _Proc(host, popen, reader)
+
+
+def _signal_all(procs: list[_Proc], sig: int) -> None:
+    for p in procs:
+        if p.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.popen.pid, sig)
+
+
+def run_job(cfg: LaunchConfig) -> int:
+    """Start every process of the job and wait; the first failure stops all the others."""
+    lock = threading.Lock()
+    base_env = dict(os.environ)
+    if cfg.launcher == "local":
+        argv, env = local_command(cfg)
+        commands = [(cfg.hosts[0].name, argv, {**base_env, **env})]
+    elif cfg.launcher == "ssh":
+        commands = [(host, argv, base_env) for host, argv in ssh_commands(cfg)]
+    elif cfg.launcher == "mpirun":
+        argv, env = mpirun_command(cfg)
+        commands = [("mpirun", argv, {**base_env, **env})]
+    else:
+        raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh or mpirun")
+    procs = [_start(host, argv, env, lock) for host, argv, env in commands]
+
+    def forward(signum: int, _frame: object) -> None:
+        _signal_all(procs, signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    failed: tuple[str, int] | None = None
+    try:
+        while any(p.popen.poll() is None for p in procs):
+            for p in procs:
+                code = p.popen.poll()
+                if code not in (None, 0) and failed is None:
+                    failed = (p.host, code)
+                    _signal_all(procs, signal.SIGTERM)
+                    deadline = time.monotonic() + STOP_GRACE_S
+                    while any(q.popen.poll() is None for q in procs) and \
+                            time.monotonic() < deadline:
+                        time.sleep(0.1)
+                    _signal_all(procs, signal.SIGKILL)
+            time.sleep(0.2)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        for p in procs:
+            p.popen.wait()
+            p.reader.join(timeout=5)
+    if failed is None:
+        failed = next(((p.host, p.popen.returncode) for p in procs if p.popen.returncode), None)
+    if failed is not None:
+        print(f"cpuft: the job failed on {failed[0]} (exit code {failed[1]})", file=sys.stderr)
+        return failed[1] if failed[1] > 0 else 1
+    return 0

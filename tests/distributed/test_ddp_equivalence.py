@@ -1,0 +1,52 @@
+"""Two ranks on gloo train exactly what one process trains on the same global batch."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file
+
+from tests.conftest import cpuft_env, make_tiny_model, sentiment_rows, write_csv
+
+# fp32 sums of the same gradients in another order differ in the last bits; after 6 AdamW steps
+# at lr 1e-4 the parameters of the two runs must agree to within this (seen: 1.3e-7).
+TOLERANCE = 1e-6
+# Attention key biases get a gradient that is exactly 0 in exact arithmetic (softmax does not
+# change when the same number is added to every score of a row); AdamW scales the rounding noise
+# left in its place up to full-size steps, so these differ between any two summation orders.
+ZERO_GRADIENT = ".attention.self.key.bias"
+
+
+def train(argv, timeout=300):
+    proc = subprocess.run([sys.executable, "-m", "cpuft", "train", *argv], capture_output=True,
+                          text=True, env=cpuft_env(), timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.multiprocess
+def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path):
+    # No dropout (its masks would differ), and weights large enough that no gradient is so close
+    # to 0 that AdamW turns rounding noise into a full step.
+    model = make_tiny_model(tmp_path / "model", dropout=0.0, init_range=0.5)
+    data = write_csv(tmp_path / "d.csv", sentiment_rows(80, seed=3))
+    common = ["--model", str(model), "--train-file", str(data), "--text-columns", "text",
+              "--max-steps", "6", "--lr", "1e-4", "--precision", "fp32", "--no-progress",
+              "--log-steps", "1"]
+    train([*common, "--batch-size", "8", "--output-dir", str(tmp_path / "one")])
+    proc = train([*common, "--batch-size", "4", "--nproc-per-node", "2", "--master-port", "29531",
+                  "--output-dir", str(tmp_path / "two")])
+    assert "[" in proc.stdout and ":0] trained 6 steps" in proc.stdout
+    one = load_file(tmp_path / "one" / "model.safetensors")
+    two = load_file(tmp_path / "two" / "model.safetensors")
+    assert one.keys() == two.keys()
+    worst = max(float((one[k] - two[k]).abs().max()) for k in one if ZERO_GRADIENT not in k)
+    assert worst <= TOLERANCE, f"parameters differ by {worst}"
+    initial = load_file(model / "model.safetensors")
+    moved = max(float((one[k] - initial[k]).abs().max()) for k in one if k in initial)
+    assert moved > 100 * TOLERANCE  # the runs trained: agreement is not just both standing still
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert (summary["world_size"], summary["nodes"], summary["backend"]) == (2, 1, "gloo")
+    assert 0 <= summary["step_time_split"]["comm_wait_fraction"] < 1
+    assert summary["train_samples"] == 72 and summary["steps"] == 6

@@ -1,0 +1,32 @@
+"""`cpuft bench` for real on a tiny model: three fresh worker processes, table, chart, JSON."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import cpuft_env
+
+
+@pytest.mark.slow
+def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuft", "bench", "--models", str(tiny_model), "--steps", "3",
+         "--batch-size", "4", "--max-seq-length", "32", "--output-dir", str(out)],
+        capture_output=True, text=True, env=cpuft_env(), timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    entry = report["models"][str(tiny_model)]
+    assert set(entry["configs"]) == {"stock-2021", "trainer-best", "cpuft"}
+    for c in entry["configs"].values():
+        assert c["samples_per_second"] > 0 and 0 <= c["accuracy"] <= 1
+    assert entry["configs"]["stock-2021"]["precision"] == "fp32"
+    assert entry["configs"]["stock-2021"]["allocator"] == "system"
+    assert entry["speedup_vs_stock_2021"] > 0 and entry["speedup_vs_trainer_best"] > 0
+    assert 0 < entry["mfu"] < 1
+    assert report["matmul_gflops"]["bf16"] > 0 and report["matmul_gflops"]["fp32"] > 0
+    assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| configuration |" in (out / "bench.md").read_text()

@@ -1,0 +1,65 @@
+import json
+
+import pytest
+
+from cpuft.bench.report import bar_chart, markdown, rows
+from cpuft.bench.runner import BenchOptions, compare, plan_runs
+from cpuft.errors import CpuftError
+
+
+def result(config, sps, acc, precision="bf16"):
+    return {"config": config, "model": "minilm", "samples_per_second": sps,
+            "tokens_per_second": sps * 30, "peak_memory_mb": 1500.0, "accuracy": acc,
+            "precision": precision, "allocator": "system", "threads": 2, "train_seconds": 10.0,
+            "flops_per_sample": 2e9}
+
+
+MATMUL = {"bf16_gflops": 1000.0, "fp32_gflops": 200.0}
+
+
+def test_compare_speedups_and_mfu():
+    report = compare([result("stock-2021", 20.0, 0.80, "fp32"), result("trainer-best", 100.0, 0.81),
+                      result("cpuft", 200.0, 0.805)], MATMUL)
+    m = report["models"]["minilm"]
+    assert m["speedup_vs_stock_2021"] == pytest.approx(10.0)
+    assert m["speedup_vs_trainer_best"] == pytest.approx(2.0)
+    assert m["accuracy_delta_vs_trainer_best"] == pytest.approx(-0.005)
+    assert m["mfu"] == pytest.approx(2e9 * 200.0 / 1e12)
+    assert json.loads(json.dumps(report)) == report
+
+
+def test_tables_and_chart(tmp_path):
+    report = compare([result("stock-2021", 20.0, 0.80, "fp32"), result("cpuft", 90.0, 0.81)],
+                     MATMUL)
+    report["targets"] = {"speedup_vs_stock_2021": 3.0}
+    assert rows(report)[1][-1] == "4.50x"
+    md = markdown(report)
+    assert "| minilm | cpuft | bf16 | 90.0 |" in md and "target 3.0x: met" in md
+    bar_chart(report, tmp_path / "b.png")
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_runs_same_shape_for_every_configuration():
+    runs = plan_runs(BenchOptions(models=["minilm"], quick=True))
+    assert [r.config for r in runs] == ["stock-2021", "trainer-best", "cpuft"]
+    assert len({(r.steps, r.batch_size, r.max_seq_length) for r in runs}) == 1
+    with pytest.raises(CpuftError, match="unknown configuration"):
+        plan_runs(BenchOptions(configs=["ipex"]))
+
+
+def test_compile_measurement_separates_start_up_from_pace(tmp_path, monkeypatch):
+    from cpuft import compile_cache
+    from cpuft.bench.runner import compile_measurement
+
+    eager = {"step_seconds": [0.5, 0.2, 0.2, 0.2]}
+    compiled = {"step_seconds": [30.0, 0.1, 0.1, 0.1]}
+    m = compile_measurement(eager, compiled, batch_size=10)
+    assert m.speedup == pytest.approx(2.0)
+    assert m.compile_seconds == pytest.approx(29.9)
+    monkeypatch.setenv("CPUFT_CACHE", str(tmp_path))
+    k = compile_cache.key(cpu="X", model="", precision="bf16", max_seq_length=128,
+                          torch_version="2.13.0")
+    assert "|minilm|" in k
+    assert compile_cache.lookup(k) is None
+    compile_cache.store(k, m)
+    assert compile_cache.lookup(k) == m

@@ -1,0 +1,62 @@
+import torch
+from torch import nn
+
+from cpuft.train.fast_dropout import FastDropout, fast_dropout, keep_mask, swap_dropout
+
+
+def test_keep_rate_and_scale():
+    torch.manual_seed(0)
+    x = torch.ones(200_000)
+    y = fast_dropout(x, 0.1)
+    kept = (y != 0).float().mean().item()
+    assert abs(kept - 0.9) < 0.005
+    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.9))
+    assert abs(y.mean().item() - 1.0) < 0.01  # unbiased, like nn.Dropout
+
+
+def test_masks_follow_the_torch_seed():
+    torch.manual_seed(7)
+    a = keep_mask(torch.Size([3, 1001]), 0.3)
+    torch.manual_seed(7)
+    b = keep_mask(torch.Size([3, 1001]), 0.3)
+    assert torch.equal(a, b) and a.shape == (3, 1001)
+    assert not torch.equal(a, keep_mask(torch.Size([3, 1001]), 0.3))
+
+
+def test_gradient_is_mask_times_scale():
+    torch.manual_seed(1)
+    x = torch.randn(64, 50, requires_grad=True)
+    y = fast_dropout(x, 0.25)
+    y.sum().backward()
+    kept = y.detach() != 0
+    assert torch.allclose(x.grad, kept.float() / 0.75)
+
+
+def test_eval_mode_and_swap():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1), nn.Sequential(nn.Dropout(0.2)),
+                          nn.Dropout(0.0))
+    assert swap_dropout(model) == 2
+    assert isinstance(model[1], FastDropout) and model[2][0].p == 0.2
+    assert type(model[3]) is nn.Dropout
+    model.eval()
+    x = torch.randn(3, 4)
+    assert torch.equal(model[1](x), x)
+
+
+def test_cpuft_attention_masks_padding(tmp_path):
+    """A sample's logits must not depend on how much padding its batch has."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from cpuft.train.fast_dropout import register_attention
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, initializer_range=0.5)).eval()
+    model.set_attn_implementation(register_attention())
+    ids = torch.tensor([[2, 7, 9, 3]])
+    alone = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    padded_ids = torch.tensor([[2, 7, 9, 3, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0, 0]])
+    padded = model(input_ids=padded_ids, attention_mask=mask).logits
+    assert torch.allclose(alone, padded, atol=1e-5)

@@ -1,0 +1,74 @@
+"""The launchers' commands, asserted exactly, without starting anything."""
+
+import pytest
+
+from cpuft.errors import CpuftError
+from cpuft.launch.commands import (
+    LaunchConfig,
+    local_command,
+    mpirun_command,
+    remote_command,
+    ssh_commands,
+    torchrun_args,
+)
+from cpuft.launch.hostfile import Host
+
+PY = "/venv/bin/python"
+
+
+def config(**kw):
+    base = dict(hosts=[Host("n1"), Host("n2")], nproc_per_node=2, master_addr="10.0.0.1",
+                master_port=29400, python=PY, workdir="/work/job", train_args=["--max-steps", "5"],
+                env={"OMP_NUM_THREADS": "16"})
+    base.update(kw)
+    return LaunchConfig(**base)
+
+
+def test_torchrun_for_first_and_second_node():
+    cfg = config(host_addr={"n1": "10.0.0.1", "n2": "10.0.0.2"}, max_restarts=2)
+    assert torchrun_args(cfg, 1) == [
+        PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+        "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400", "--rdzv-id=cpuft",
+        "--rdzv-conf=is_host=false", "--max-restarts=2", "--monitor-interval=1",
+        "--local-addr=10.0.0.2", "-m", "cpuft", "train", "--max-steps", "5",
+    ]
+    assert "--rdzv-conf=is_host=true" in torchrun_args(cfg, 0)
+
+
+def test_local_command():
+    argv, env = local_command(config(hosts=[Host("localhost")], master_addr="127.0.0.1"))
+    assert argv[:3] == [PY, "-m", "torch.distributed.run"] and "--nnodes=1" in argv
+    assert env == {"OMP_NUM_THREADS": "16", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
+    with pytest.raises(CpuftError, match="one host"):
+        local_command(config())
+
+
+def test_ssh_commands_default_and_netns_shells():
+    cfg = config(host_env={"n2": {"GLOO_SOCKET_IFNAME": "eth1"}})
+    [(h1, ssh1), (h2, ssh2)] = ssh_commands(cfg)
+    assert (h1, h2) == ("n1", "n2")
+    assert ssh2[:4] == ["ssh", "-o", "BatchMode=yes", "n2"] and len(ssh2) == 5
+    assert ssh2[4].startswith(
+        "cd /work/job && exec env GLOO_SOCKET_IFNAME=eth1 MASTER_ADDR=10.0.0.1 MASTER_PORT=29400 "
+        "OMP_NUM_THREADS=16 /venv/bin/python -m torch.distributed.run --nnodes=2")
+    assert "GLOO_SOCKET_IFNAME" not in ssh1[4]
+    [(_, ns1), _] = ssh_commands(config(remote_shell="ip netns exec {host}"))
+    assert ns1[:6] == ["ip", "netns", "exec", "n1", "sh", "-c"]
+    assert ns1[6].endswith("-m cpuft train --max-steps 5")
+
+
+def test_remote_command_quotes_the_script_once():
+    assert remote_command("ssh {host} {command}", "a", "echo 'x y'") == ["ssh", "a", "echo 'x y'"]
+
+
+def test_openmpi_and_intelmpi():
+    argv, env = mpirun_command(config(run_as_root=True))
+    assert argv == [
+        "mpirun", "-np", "4", "-H", "n1:2,n2:2", "--map-by", "ppr:2:node", "--bind-to", "none",
+        "--wdir", "/work/job", "--allow-run-as-root", "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
+        "-x", "OMP_NUM_THREADS", PY, "-m", "cpuft", "train", "--max-steps", "5",
+    ]
+    assert env["MASTER_ADDR"] == "10.0.0.1"
+    argv, env = mpirun_command(config(mpi="intelmpi"))
+    assert argv[:7] == ["mpirun", "-n", "4", "-ppn", "2", "-hosts", "n1,n2"]
+    assert argv[9:12] == ["-genv", "MASTER_ADDR", "10.0.0.1"] and env == {}

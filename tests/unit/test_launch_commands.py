@@ -1,0 +1,18 @@
+import sys
+
+from cpuft.launch.reexec import reexec_command
+from cpuft.launch.workers import worker_command
+
+
+def test_reexec_keeps_arguments_and_adds_preload():
+    argv, env = reexec_command(["train", "--max-steps", "3"],
+                               {"LD_PRELOAD": "/lib/libtcmalloc.so.4"}, environ={"PATH": "/bin"})
+    assert argv == [sys.executable, "-m", "cpuft", "train", "--max-steps", "3"]
+    assert env == {"PATH": "/bin", "LD_PRELOAD": "/lib/libtcmalloc.so.4", "CPUFT_REEXEC": "1"}
+
+
+def test_worker_command_unsets_preload_for_stock_runs():
+    argv, env = worker_command("cpuft.bench.worker", ["{}"], {}, unset=("LD_PRELOAD",),
+                               environ={"LD_PRELOAD": "/x.so", "HOME": "/root"})
+    assert argv == [sys.executable, "-m", "cpuft.bench.worker", "{}"]
+    assert env == {"HOME": "/root"}
