@@ -6,6 +6,7 @@ import argparse
 import os
 import socket
 import sys
+import uuid
 from typing import Any
 
 LAUNCH_FLAGS = {  # flag -> takes a value
@@ -68,7 +69,7 @@ def build_launch(args: argparse.Namespace, train_args: list[str]) -> Any:
     from cpuft.errors import CpuftError
     from cpuft.launch.commands import DEFAULT_REMOTE_SHELL, LaunchConfig, forwarded_env
     from cpuft.launch.hostfile import Host, read_hostfile
-    from cpuft.launch.run import resolve_network
+    from cpuft.launch.run import check_port, resolve_network
     from cpuft.speedups import allocator_env, make_plan
     from cpuft.topology import read_topology
     from cpuft.topology.placement import auto_nproc, node_env, plan_node
@@ -93,7 +94,8 @@ def build_launch(args: argparse.Namespace, train_args: list[str]) -> Any:
     if args.max_restarts < 0:
         raise CpuftError("--max-restarts must be 0 or more")
     placements = plan_node(topo, nproc, comm_cores=args.comm_cores)
-    env = {**forwarded_env(dict(os.environ)), **node_env(placements)}
+    job = uuid.uuid4().hex[:12]
+    env = {**forwarded_env(dict(os.environ)), **node_env(placements), "CPUFT_JOB": job}
     env.update(allocator_env(make_plan(TrainConfig(), topo), env))
     cfg = LaunchConfig(
         hosts=hosts, nproc_per_node=nproc, launcher=launcher,
@@ -101,7 +103,7 @@ def build_launch(args: argparse.Namespace, train_args: list[str]) -> Any:
         max_restarts=args.max_restarts,
         remote_shell=args.remote_shell or DEFAULT_REMOTE_SHELL, mpi=args.mpi,
         workdir=os.getcwd(), python=sys.executable, train_args=train_args, env=env,
-        run_as_root=os.geteuid() == 0,
+        run_as_root=os.geteuid() == 0, rdzv_id=job,
     )
     if launcher == "local":
         cfg.host_env["localhost"] = {"CPUFT_HOST": socket.gethostname()}
@@ -109,4 +111,5 @@ def build_launch(args: argparse.Namespace, train_args: list[str]) -> Any:
             raise CpuftError(f"port {cfg.master_port} is in use here: pass --master-port")
     elif launcher == "ssh":
         resolve_network(cfg, master_given=bool(args.master_addr))
+        check_port(cfg)
     return cfg

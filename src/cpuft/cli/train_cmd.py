@@ -50,6 +50,14 @@ def run(args: argparse.Namespace) -> int:
         return run_job(build_launch(args, strip_launch_flags(args.argv)))
     if rank_info(os.environ).distributed:
         prefix_output(os.environ.get("CPUFT_HOST", "localhost"), rank_info(os.environ).rank)
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        # torchrun restarted the workers after a failure: continue from the last checkpoint.
+        from pathlib import Path
+
+        from cpuft.train.checkpoint import latest_checkpoint
+
+        found = latest_checkpoint(Path(cfg.output_dir)) is not None
+        cfg.resume, cfg.overwrite = found, not found
     plan = make_plan(cfg, read_topology())
     preload = allocator_env(plan)
     if preload and args.may_reexec and not already_reexecuted():

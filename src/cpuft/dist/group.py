@@ -65,14 +65,32 @@ def init_distributed(backend: str = "auto", timeout_s: float = 120.0) -> DistCon
     if not info.distributed:
         return None
     chosen = choose_backend(backend)
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(chosen, rank=info.rank, world_size=info.world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        dist.init_process_group(chosen, store=_attempt_store(info, timeout), rank=info.rank,
+                                world_size=info.world_size, timeout=timeout)
     except (RuntimeError, ValueError) as e:
         raise CpuftError(f"rank {info.rank} could not join the job on {chosen}: {e}") from None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE",
                                                                   info.world_size)))
     return DistContext(info=info, backend=chosen, nodes=max(1, info.world_size // max(local, 1)))
+
+
+def _attempt_store(info: RankInfo, timeout: datetime.timedelta) -> dist.Store:
+    """The job's key-value store, with keys of this restart attempt only.
+
+    Under torchrun the store is the rendezvous store, which outlives a restart: without a prefix
+    per attempt, a restarted rank can read a dead peer's address and fail to connect.
+    """
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port:
+        raise CpuftError("MASTER_ADDR and MASTER_PORT must be set for a distributed run")
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(addr, int(port), world_size=info.world_size,
+                          is_master=not agent_store and info.rank == 0, timeout=timeout,
+                          multi_tenant=not agent_store)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"cpuft/attempt{attempt}/", store)
 
 
 def shutdown(ctx: DistContext | None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -67,6 +69,18 @@ def resolve_network(cfg: LaunchConfig, master_given: bool) -> None:
         cfg.host_addr[host.name] = route.local_addr
 
 
+def check_port(cfg: LaunchConfig) -> None:
+    """The rendezvous port must be free on the first host, on the master address."""
+    host = cfg.hosts[0].name
+    code = (f"import socket; s = socket.socket(); "
+            f"s.bind(({cfg.master_addr!r}, {cfg.master_port}))")
+    try:
+        probe(cfg, host, f"{shlex.quote(cfg.python)} -c {shlex.quote(code)}")
+    except CpuftError:
+        raise CpuftError(f"port {cfg.master_port} is in use on {host} ({cfg.master_addr}): "
+                         "pass another --master-port") from None
+
+
 @dataclass(slots=True)
 class _Proc:
     host: str
@@ -74,21 +88,48 @@ class _Proc:
     reader: threading.Thread
 
 
-def _stream(host: str, pipe: object, lock: threading.Lock) -> None:
+_RANK_PREFIX = re.compile(r"^\[[^\]\s]+:\d+\] ")
+# torchrun's failure report: "rank      : 1 (local_rank: 0)" then "exitcode  : -9 (pid: 123)"
+_REPORT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_REPORT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+@dataclass(slots=True)
+class Failure:
+    """A rank that ended badly, as its torchrun agent reported it."""
+
+    host: str
+    rank: int
+    exitcode: int
+
+    def describe(self) -> str:
+        how = (f"killed by signal {-self.exitcode}" if self.exitcode < 0
+               else f"exit code {self.exitcode}")
+        return f"rank {self.rank} on host {self.host} died ({how})"
+
+
+def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failure]) -> None:
+    rank: int | None = None
     for line in pipe:  # type: ignore[attr-defined]
-        text = line if line.startswith("[") else f"[{host}] {line}"
+        text = line if _RANK_PREFIX.match(line) else f"[{host}] {line}"
+        if m := _REPORT_RANK.match(line):
+            rank = int(m.group(1))
+        elif (m := _REPORT_EXIT.match(line)) and rank is not None:
+            failures.append(Failure(host=host, rank=rank, exitcode=int(m.group(1))))
+            rank = None
         with lock:
             sys.stdout.write(text)
             sys.stdout.flush()
 
 
 def _start(host: str, argv: Sequence[str], env: dict[str, str],
-           lock: threading.Lock) -> _Proc:
+           lock: threading.Lock, failures: list[Failure]) -> _Proc:
     popen = subprocess.Popen(
         list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1,
     )
-    reader = threading.Thread(target=_stream, args=(host, popen.stdout, lock), daemon=True)
+    reader = threading.Thread(target=_stream, args=(host, popen.stdout, lock, failures),
+                              daemon=True)
     reader.start()
     return _Proc(host, popen, reader)
 
@@ -114,9 +155,13 @@ def run_job(cfg: LaunchConfig) -> int:
         commands = [("mpirun", argv, {**base_env, **env})]
     else:
         raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh or mpirun")
-    procs = [_start(host, argv, env, lock) for host, argv, env in commands]
+    failures: list[Failure] = []
+    procs = [_start(host, argv, env, lock, failures) for host, argv, env in commands]
+    stopped_by: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        # Ranks checkpoint on SIGTERM (spot preemption) before they exit.
+        stopped_by.append(signum)
         _signal_all(procs, signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -142,7 +187,16 @@ def run_job(cfg: LaunchConfig) -> int:
             p.reader.join(timeout=5)
     if failed is None:
         failed = next(((p.host, p.popen.returncode) for p in procs if p.popen.returncode), None)
-    if failed is not None:
-        print(f"cpuft: the job failed on {failed[0]} (exit code {failed[1]})", file=sys.stderr)
-        return failed[1] if failed[1] > 0 else 1
-    return 0
+    if failed is None:
+        return 0
+    if stopped_by:
+        print(f"cpuft: stopped by signal {stopped_by[0]}; rank 0 wrote a checkpoint if it had "
+              "finished a step: rerun the same command with --resume", file=sys.stderr)
+        return 128 + stopped_by[0]
+    # A rank killed by a signal is the cause; ranks that lost their peer only followed it.
+    # SIGTERM is how agents stop the surviving ranks, so it is the least likely cause.
+    cause = min(failures, key=lambda f: (f.exitcode >= 0, f.exitcode == -signal.SIGTERM, f.rank),
+                default=None)
+    where = cause.describe() if cause else f"host {failed[0]} failed (exit code {failed[1]})"
+    print(f"cpuft: {where}; every process of the job was stopped", file=sys.stderr)
+    return failed[1] if failed[1] > 0 else 1

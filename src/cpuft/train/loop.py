@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -88,7 +90,27 @@ class FitResult:
 class Interrupted(CpuftError):
     """Training stopped by a signal; a checkpoint was written when it could be."""
 
-    exit_code = 130
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+@contextlib.contextmanager
+def _sigterm_flag() -> Iterator[dict[str, int]]:
+    """SIGTERM (a spot instance going away) sets a flag that the loop reads between steps."""
+    flag: dict[str, int] = {}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        flag["signal"] = signum
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -182,6 +204,8 @@ def fit(
     logger.start(config.total_steps, step)
     window = {"samples": 0, "tokens": 0, "start": time.perf_counter()}
     started = time.perf_counter()
+    stack = contextlib.ExitStack()
+    stop = stack.enter_context(_sigterm_flag())
     try:
         while step < config.total_steps:
             n_batches = source.num_batches(epoch)
@@ -245,13 +269,19 @@ def fit(
                     epoch, position = epoch + 1, 0
                 if config.save_steps and step % config.save_steps == 0:
                     checkpoint()
+                if stop:
+                    raise KeyboardInterrupt
                 if position == 0:
                     break
     except KeyboardInterrupt:
         checkpoint()
         logger.close()
-        where = f"; checkpoint at step {step} in {config.output_dir}" if config.output_dir else ""
-        raise Interrupted(f"interrupted at step {step}{where}: rerun with --resume") from None
+        where = f"; checkpoint at step {step} in {config.output_dir}" if (
+            config.output_dir and main_rank) else ""
+        raise Interrupted(f"interrupted at step {step}{where}: rerun with --resume",
+                          stop.get("signal", signal.SIGINT)) from None
+    finally:
+        stack.close()
     result.train_seconds = time.perf_counter() - started
     if config.output_dir is not None and not (config.save_steps and step % config.save_steps == 0):
         checkpoint()

@@ -1,0 +1,58 @@
+"""Test hosts as network namespaces on this machine: a bridge in a switch namespace, one veth
+per host, private addresses that exist only inside the namespaces. Removed on exit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+def can_make_namespaces() -> bool:
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
+def _ip(*args: str, ns: str | None = None) -> None:
+    cmd = ["ip", "netns", "exec", ns, "ip", *args] if ns else ["ip", *args]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    hosts: list[str]
+    addrs: dict[str, str]
+    switch: str
+
+
+@contextmanager
+def namespace_cluster(n: int, subnet: int = 231) -> Iterator[Cluster]:
+    tag = f"{os.getpid() % 100000}"
+    switch = f"cpft-sw{tag}"
+    hosts = [f"cpft-h{i}-{tag}" for i in range(1, n + 1)]
+    made: list[str] = []
+    try:
+        for ns in (switch, *hosts):
+            _ip("netns", "add", ns)
+            made.append(ns)
+            _ip("link", "set", "lo", "up", ns=ns)
+        _ip("link", "add", "br0", "type", "bridge", ns=switch)
+        _ip("link", "set", "br0", "up", ns=switch)
+        addrs = {}
+        for i, host in enumerate(hosts, 1):
+            outer, inner = f"cpft{tag}s{i}", f"cpft{tag}h{i}"
+            _ip("link", "add", inner, "type", "veth", "peer", "name", outer)
+            _ip("link", "set", inner, "netns", host)
+            _ip("link", "set", outer, "netns", switch)
+            _ip("link", "set", outer, "master", "br0", ns=switch)
+            _ip("link", "set", outer, "up", ns=switch)
+            _ip("link", "set", inner, "name", "eth0", ns=host)
+            addrs[host] = f"10.{subnet}.{os.getpid() % 250}.{i}"
+            _ip("addr", "add", f"{addrs[host]}/24", "dev", "eth0", ns=host)
+            _ip("link", "set", "eth0", "up", ns=host)
+        yield Cluster(hosts=hosts, addrs=addrs, switch=switch)
+    finally:
+        for ns in reversed(made):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)

@@ -1,0 +1,40 @@
+"""Multi-node training for real on one machine: hosts are network namespaces, the remote shell
+is `ip netns exec {host}`, and `cpuft launch --launcher ssh` starts one torchrun per host."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import cpuft_env, make_tiny_model, sentiment_rows, write_csv
+from tests.distributed.netns import can_make_namespaces, namespace_cluster
+
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.skipif(not can_make_namespaces(), reason="needs root and iproute2 (CI has both)"),
+]
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_launch_over_namespaced_hosts(tmp_path, nodes):
+    model = make_tiny_model(tmp_path / "model")
+    data = write_csv(tmp_path / "d.csv", sentiment_rows(120, seed=4))
+    with namespace_cluster(nodes) as cluster:
+        hostfile = tmp_path / "hosts"
+        hostfile.write_text("".join(f"{h} slots=1\n" for h in cluster.hosts))
+        proc = subprocess.run(
+            [sys.executable, "-m", "cpuft", "launch", "--hostfile", str(hostfile),
+             "--remote-shell", "ip netns exec {host}", "--", "train", "--model", str(model),
+             "--train-file", str(data), "--text-columns", "text", "--batch-size", "4",
+             "--max-steps", "5", "--no-progress", "--output-dir", str(tmp_path / "out")],
+            capture_output=True, text=True, env=cpuft_env(), timeout=300, cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["world_size"], summary["nodes"], summary["backend"]) == (nodes, nodes, "gloo")
+    assert summary["steps"] == 5 and (tmp_path / "out" / "model.safetensors").is_file()
+    first = cluster.hosts[0]
+    assert f"[{first}:0] trained 5 steps" in proc.stdout
+    # rank 0 alone logs progress and writes; the other ranks print nothing of their own
+    assert not any(f"[{h}:" in proc.stdout for h in cluster.hosts[1:])
