@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from cpuft.launch.netns import can_make_namespaces, namespace_cluster
 from tests.conftest import cpuft_env, make_tiny_model, sentiment_rows, write_csv
-from tests.distributed.netns import can_make_namespaces, namespace_cluster
 
 pytestmark = [
     pytest.mark.multiprocess,
@@ -38,3 +38,21 @@ def test_launch_over_namespaced_hosts(tmp_path, nodes):
     assert f"[{first}:0] trained 5 steps" in proc.stdout
     # rank 0 alone logs progress and writes; the other ranks print nothing of their own
     assert not any(f"[{h}:" in proc.stdout for h in cluster.hosts[1:])
+
+
+@pytest.mark.slow
+def test_bench_scaling_reports_efficiency(tmp_path):
+    model = make_tiny_model(tmp_path / "model")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuft", "bench", "--scaling", "--models", str(model),
+         "--steps", "4", "--global-batch", "8", "--max-seq-length", "32", "--rate", "1gbit",
+         "--output-dir", str(tmp_path / "b")],
+        capture_output=True, text=True, env=cpuft_env(), timeout=600, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(report["configs"]) == {"1-node", "2-nodes", "2-nodes-bf16"}
+    assert report["configs"]["2-nodes"]["nodes"] == 2
+    assert report["scaling_efficiency"] > 0 and 0 <= report["comm_fraction"] < 1
+    assert report["rate"] == "1gbit"
+    assert json.loads((tmp_path / "b" / "scaling.json").read_text()) == report

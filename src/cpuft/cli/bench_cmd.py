@@ -32,7 +32,32 @@ def register(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=0, help="batch size (default: by model)")
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--output-dir", default="bench-out", help="where bench.md/png/json go")
+    s = p.add_argument_group("scaling (needs root: nodes are network namespaces here)")
+    s.add_argument("--scaling", action="store_true",
+                   help="1 node against 2 nodes on the same global batch, each node one core")
+    s.add_argument("--rate", default="10gbit", help="each node's link rate, shaped with tc")
+    s.add_argument("--global-batch", type=int, default=32)
     p.set_defaults(handler=run)
+
+
+def run_scaling_cmd(args: argparse.Namespace) -> int:
+    from cpuft.bench.scaling import ScalingOptions, run_scaling
+
+    models = [m for m in args.models.split(",") if m and m != "minilm" and m != "bert-base"]
+    opts = ScalingOptions(rate=args.rate, global_batch=args.global_batch,
+                          steps=args.steps or (20 if args.quick else 40),
+                          model=models[0] if models else "", max_seq_length=args.max_seq_length)
+    report = run_scaling(opts)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scaling.json").write_text(json.dumps(report, indent=2) + "\n")
+    ok = "met" if report["scaling_efficiency"] >= report["target_efficiency"] else "NOT met"
+    print(f"2-node scaling efficiency {report['scaling_efficiency']:.1%} "
+          f"(bf16 gradients {report['scaling_efficiency_bf16']:.1%}; target "
+          f"{report['target_efficiency']:.0%}: {ok}); communication "
+          f"{report['comm_fraction']:.1%} of a step ({report['comm_fraction_bf16']:.1%} bf16)")
+    print(json.dumps(report))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 0 or args.batch_size < 0:
         raise CpuftError("--steps and --batch-size must be positive")
+    if args.scaling:
+        return run_scaling_cmd(args)
     opts = BenchOptions(
         models=[m.strip() for m in args.models.split(",") if m.strip()],
         configs=[c.strip() for c in args.configs.split(",") if c.strip()],

@@ -1,5 +1,9 @@
-"""Test hosts as network namespaces on this machine: a bridge in a switch namespace, one veth
-per host, private addresses that exist only inside the namespaces. Removed on exit."""
+"""Hosts as network namespaces on this machine, for tests and ``cpuft bench --scaling``.
+
+A bridge in a switch namespace, one veth per host, private addresses that exist only inside
+the namespaces, optionally each link's rate shaped with ``tc`` (tbf: this kernel has no netem, so
+no added delay). Everything is removed on exit, also when the body fails. Needs root and iproute2.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +14,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from cpuft.errors import CpuftError
+
 
 def can_make_namespaces() -> bool:
     return os.geteuid() == 0 and shutil.which("ip") is not None
 
 
+def _run(args: list[str], ns: str | None = None) -> None:
+    cmd = ["ip", "netns", "exec", ns, *args] if ns else args
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    if proc.returncode != 0:
+        raise CpuftError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
+
+
 def _ip(*args: str, ns: str | None = None) -> None:
-    cmd = ["ip", "netns", "exec", ns, "ip", *args] if ns else ["ip", *args]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
+    _run(["ip", *args], ns)
 
 
 @dataclass(frozen=True)
@@ -28,7 +40,10 @@ class Cluster:
 
 
 @contextmanager
-def namespace_cluster(n: int, subnet: int = 231) -> Iterator[Cluster]:
+def namespace_cluster(n: int, subnet: int = 231, rate: str | None = None) -> Iterator[Cluster]:
+    """``n`` hosts on one bridge; ``rate`` (e.g. '10gbit') shapes each host's outgoing link."""
+    if not can_make_namespaces():
+        raise CpuftError("network namespaces need root and iproute2 (ip)")
     tag = f"{os.getpid() % 100000}"
     switch = f"cpft-sw{tag}"
     hosts = [f"cpft-h{i}-{tag}" for i in range(1, n + 1)]
@@ -52,6 +67,9 @@ def namespace_cluster(n: int, subnet: int = 231) -> Iterator[Cluster]:
             addrs[host] = f"10.{subnet}.{os.getpid() % 250}.{i}"
             _ip("addr", "add", f"{addrs[host]}/24", "dev", "eth0", ns=host)
             _ip("link", "set", "eth0", "up", ns=host)
+            if rate:
+                _run(["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
+                      "burst", "4mb", "latency", "100ms"], ns=host)
         yield Cluster(hosts=hosts, addrs=addrs, switch=switch)
     finally:
         for ns in reversed(made):
