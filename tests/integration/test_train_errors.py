@@ -105,3 +105,12 @@ def test_bad_flag_value_through_the_real_command(tmp_path):
                           capture_output=True, text=True, env=cpuft_env(), timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("cpuft: ") and "Traceback" not in proc.stderr
+
+
+def test_hub_id_unreachable_without_offline_flag(capsys, monkeypatch, tmp_path, good_csv):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    out = tmp_path / "o"
+    code, err = run_main(capsys, base("someone/some-model", out, "--train-file", str(good_csv),
+                                      "--text-columns", "text"))
+    assert_clean_failure(code, err, out, "offline")

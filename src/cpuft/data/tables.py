@@ -22,7 +22,8 @@ def load_table(path: str | Path, column_names: tuple[str, ...] | None = None) ->
     import datasets
 
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    # Parser failures become our one-line error; datasets would log them too.
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     p = Path(path)
     builder, kwargs = FORMATS.get(p.suffix.lower(), (None, {}))
     if builder is None:

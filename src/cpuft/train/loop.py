@@ -204,84 +204,81 @@ def fit(
     logger.start(config.total_steps, step)
     window = {"samples": 0, "tokens": 0, "start": time.perf_counter()}
     started = time.perf_counter()
-    stack = contextlib.ExitStack()
-    stop = stack.enter_context(_sigterm_flag())
-    try:
-        while step < config.total_steps:
-            n_batches = source.num_batches(epoch)
-            if n_batches == 0:
-                raise CpuftError("the training data gives no batches")
-            batches = source.iterate(epoch, position)
-            while position < n_batches and step < config.total_steps:
-                step_started = time.perf_counter()
-                group = min(config.grad_accum, n_batches - position)
-                step_loss = 0.0
-                for micro in range(group):
-                    batch = next(batches)
-                    # Gradients are reduced across ranks only on a step's last micro-batch.
-                    sync = dist is None or micro == group - 1
-                    no_sync = contextlib.nullcontext() if sync else forward_model.no_sync()  # type: ignore[operator]
-                    with no_sync:
-                        with autocast_for(config.precision):
-                            loss = loss_fn(forward_model, batch)
-                        (loss / group).backward()
-                    if dist is not None and sync and dist.timer.last_hook:
-                        result.comm_wait_seconds += time.perf_counter() - dist.timer.last_hook
-                        dist.timer.last_hook = 0.0
-                    step_loss += float(loss.detach()) / group
-                    samples, tokens = _batch_counts(batch)
-                    window["samples"] += samples
-                    window["tokens"] += tokens
-                    result.samples += samples
-                    result.tokens += tokens
-                if config.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                position += group
-                step += 1
-                if not math.isfinite(step_loss):
-                    raise CpuftError(f"loss became {step_loss} at step {step}: lower --lr")
-                result.losses.append(step_loss)
-                now = time.perf_counter()
-                result.step_seconds.append(now - step_started)
-                elapsed = max(now - window["start"], 1e-9)
-                record = {
-                    "step": step,
-                    "epoch": epoch,
-                    "loss": step_loss,
-                    "lr": scheduler.get_last_lr()[0],
-                    "samples_per_second": window["samples"] / elapsed,
-                    "tokens_per_second": window["tokens"] / elapsed,
-                }
-                logger.step(record)
-                if step % config.log_steps == 0 or step == config.total_steps:
-                    if dist is not None:
-                        samples_sum, tokens_sum, loss_sum = dist.all_reduce_sum(
-                            [window["samples"], window["tokens"], step_loss])
-                        record |= {"loss": loss_sum / dist.info.world_size,
-                                   "samples_per_second": samples_sum / elapsed,
-                                   "tokens_per_second": tokens_sum / elapsed}
-                    logger.log(record)
-                    window = {"samples": 0, "tokens": 0, "start": now}
-                if position >= n_batches:
-                    epoch, position = epoch + 1, 0
-                if config.save_steps and step % config.save_steps == 0:
-                    checkpoint()
-                if stop:
-                    raise KeyboardInterrupt
-                if position == 0:
-                    break
-    except KeyboardInterrupt:
-        checkpoint()
-        logger.close()
-        where = f"; checkpoint at step {step} in {config.output_dir}" if (
-            config.output_dir and main_rank) else ""
-        raise Interrupted(f"interrupted at step {step}{where}: rerun with --resume",
-                          stop.get("signal", signal.SIGINT)) from None
-    finally:
-        stack.close()
+    with _sigterm_flag() as stop:
+        try:
+            while step < config.total_steps:
+                n_batches = source.num_batches(epoch)
+                if n_batches == 0:
+                    raise CpuftError("the training data gives no batches")
+                batches = source.iterate(epoch, position)
+                while position < n_batches and step < config.total_steps:
+                    step_started = time.perf_counter()
+                    group = min(config.grad_accum, n_batches - position)
+                    step_loss = 0.0
+                    for micro in range(group):
+                        batch = next(batches)
+                        # Gradients are reduced across ranks only on a step's last micro-batch.
+                        sync = dist is None or micro == group - 1
+                        no_sync = contextlib.nullcontext() if sync else forward_model.no_sync()  # type: ignore[operator]
+                        with no_sync:
+                            with autocast_for(config.precision):
+                                loss = loss_fn(forward_model, batch)
+                            (loss / group).backward()
+                        if dist is not None and sync and dist.timer.last_hook:
+                            result.comm_wait_seconds += time.perf_counter() - dist.timer.last_hook
+                            dist.timer.last_hook = 0.0
+                        step_loss += float(loss.detach()) / group
+                        samples, tokens = _batch_counts(batch)
+                        window["samples"] += samples
+                        window["tokens"] += tokens
+                        result.samples += samples
+                        result.tokens += tokens
+                    if config.max_grad_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    position += group
+                    step += 1
+                    if not math.isfinite(step_loss):
+                        raise CpuftError(f"loss became {step_loss} at step {step}: lower --lr")
+                    result.losses.append(step_loss)
+                    now = time.perf_counter()
+                    result.step_seconds.append(now - step_started)
+                    elapsed = max(now - window["start"], 1e-9)
+                    record = {
+                        "step": step,
+                        "epoch": epoch,
+                        "loss": step_loss,
+                        "lr": scheduler.get_last_lr()[0],
+                        "samples_per_second": window["samples"] / elapsed,
+                        "tokens_per_second": window["tokens"] / elapsed,
+                    }
+                    logger.step(record)
+                    if step % config.log_steps == 0 or step == config.total_steps:
+                        if dist is not None:
+                            samples_sum, tokens_sum, loss_sum = dist.all_reduce_sum(
+                                [window["samples"], window["tokens"], step_loss])
+                            record |= {"loss": loss_sum / dist.info.world_size,
+                                       "samples_per_second": samples_sum / elapsed,
+                                       "tokens_per_second": tokens_sum / elapsed}
+                        logger.log(record)
+                        window = {"samples": 0, "tokens": 0, "start": now}
+                    if position >= n_batches:
+                        epoch, position = epoch + 1, 0
+                    if config.save_steps and step % config.save_steps == 0:
+                        checkpoint()
+                    if stop:
+                        raise KeyboardInterrupt
+                    if position == 0:
+                        break
+        except KeyboardInterrupt:
+            checkpoint()
+            logger.close()
+            where = f"; checkpoint at step {step} in {config.output_dir}" if (
+                config.output_dir and main_rank) else ""
+            raise Interrupted(f"interrupted at step {step}{where}: rerun with --resume",
+                              stop.get("signal", signal.SIGINT)) from None
     result.train_seconds = time.perf_counter() - started
     if config.output_dir is not None and not (config.save_steps and step % config.save_steps == 0):
         checkpoint()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from cpuft.data.labels import LabelMap
 from cpuft.errors import CpuftError
@@ -52,11 +54,26 @@ def _offline_error(name: str, cause: BaseException | None = None) -> CpuftError:
     )
 
 
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """A quick look for the hub before huggingface_hub's own retries (about a minute offline)."""
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or ""
+    try:
+        with socket.create_connection((host, 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def load_tokenizer(name: str) -> Any:
+    from huggingface_hub.utils import logging as hub_logging
     from transformers import AutoTokenizer
 
-    if not Path(name).is_dir() and os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
-        raise _offline_error(name)
+    if not Path(name).is_dir():
+        if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
+            raise _offline_error(name)
+        hub_logging.set_verbosity_error()
+        if not _hub_reachable():
+            raise _offline_error(name)
     try:
         return AutoTokenizer.from_pretrained(name)
     except OSError as e:
