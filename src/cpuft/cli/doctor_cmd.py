@@ -1,0 +1,62 @@
+"""``cpuft doctor``: this node's hardware and software, cpuft's choices, problems and fixes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="check this node before a long run",
+                       description="What this node has, what cpuft will choose on it and why, "
+                                   "and each problem with its fix. Exit code 1 when something "
+                                   "would stop a run.")
+    p.add_argument("--json", action="store_true", help="one JSON document instead of tables")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cpuft.doctor.checks import report
+    from cpuft.doctor.facts import gather
+
+    rep = report(gather())
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print_report(rep)
+    return 0 if rep["ok"] else 1
+
+
+def print_report(rep: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 100))
+    node, topo = rep["node"], rep["node"]["topology"]
+    table = Table(title="this node", show_header=False)
+    for key, value in (
+        ("CPU", topo["cpu"]),
+        ("ISA", " ".join(topo["isa"]) or "none of interest"),
+        ("sockets / NUMA nodes", f"{topo['sockets']} / {topo['numa_nodes']}"),
+        ("physical cores / logical CPUs", f"{topo['physical_cores']} / {topo['logical_cpus']}"),
+        ("memory", f"{node['memory_gib']:.1f} GiB"),
+        ("transparent huge pages", node["transparent_hugepages"]),
+        ("python", node["python"]),
+        *((pkg, ver or "not installed") for pkg, ver in node["packages"].items()),
+        ("allocators", ", ".join(node["allocators"]) or "none"),
+    ):
+        table.add_row(key, str(value))
+    console.print(table)
+    c = rep["choices"]
+    console.print(f"cpuft will use: {c['precision']} ({c['precision_reason']}); "
+                  f"{c['ranks_per_node']} rank(s) per node x {c['threads_per_rank']} threads "
+                  f"({c['ranks_reason']}); allocator {c['allocator']}", highlight=False)
+    checks = Table(title="checks")
+    for col in ("check", "status", "detail", "fix"):
+        checks.add_column(col)
+    colours = {"ok": "green", "warn": "yellow", "fail": "red"}
+    for f in rep["findings"]:
+        checks.add_row(f["check"], f"[{colours[f['status']]}]{f['status']}[/]", f["detail"],
+                       f["fix"])
+    console.print(checks)
