@@ -63,8 +63,13 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def build_launch(args: argparse.Namespace, train_args: list[str]) -> Any:
-    """The LaunchConfig for these flags: hosts, ranks, placement, allocator, network."""
+def build_launch(
+    args: argparse.Namespace, train_args: list[str], check_network: bool = True
+) -> Any:
+    """The LaunchConfig for these flags: hosts, ranks, placement, allocator, network.
+
+    ``check_network=False`` leaves the network (master address, interfaces, port) unresolved.
+    """
     from cpuft.config import TrainConfig
     from cpuft.errors import CpuftError
     from cpuft.launch.commands import DEFAULT_REMOTE_SHELL, LaunchConfig, forwarded_env
@@ -105,6 +110,8 @@ def build_launch(args: argparse.Namespace, train_args: list[str]) -> Any:
         workdir=os.getcwd(), python=sys.executable, train_args=train_args, env=env,
         run_as_root=os.geteuid() == 0, rdzv_id=job,
     )
+    if not check_network:
+        return cfg
     if launcher == "local":
         cfg.host_env["localhost"] = {"CPUFT_HOST": socket.gethostname()}
         if not _port_free(cfg.master_port):

@@ -18,7 +18,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cpuft.cli import bench_cmd, doctor_cmd, env_cmd, launch_cmd, train_cmd
+    from cpuft.cli import (
+        bench_cmd,
+        cluster_cmd,
+        doctor_cmd,
+        env_cmd,
+        launch_cmd,
+        train_cmd,
+    )
 
     parser = _Parser(prog="cpuft", description="Fast fine-tuning of PyTorch models on CPUs.")
     parser.add_argument("--version", action="version", version=f"cpuft {__version__}")
@@ -28,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.register(sub)
     doctor_cmd.register(sub)
     env_cmd.register(sub)
+    cluster_cmd.register(sub)
     return parser
 
 

@@ -59,7 +59,7 @@ def resolve_network(cfg: LaunchConfig, master_given: bool) -> None:
             cfg.master_addr = addrs[0][1]
     for host in cfg.hosts:
         out = probe(cfg, host.name,
-                    f"ip -o -4 addr show; echo ---; ip -o route get {cfg.master_addr}")
+                    f"ip -o -4 addr show; echo ---; ip -o route get {cfg.master_addr} || true")
         addr_text, _, route_text = out.partition("---")
         route = route_to(cfg.master_addr, route_text, addr_text)
         if route is None:
@@ -108,9 +108,12 @@ class Failure:
         return f"rank {self.rank} on host {self.host} died ({how})"
 
 
-def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failure]) -> None:
+def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failure],
+            capture: list[str] | None) -> None:
     rank: int | None = None
     for line in pipe:  # type: ignore[attr-defined]
+        if capture is not None:
+            capture.append(line)
         text = line if _RANK_PREFIX.match(line) else f"[{host}] {line}"
         if m := _REPORT_RANK.match(line):
             rank = int(m.group(1))
@@ -122,14 +125,14 @@ def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failur
             sys.stdout.flush()
 
 
-def _start(host: str, argv: Sequence[str], env: dict[str, str],
-           lock: threading.Lock, failures: list[Failure]) -> _Proc:
+def _start(host: str, argv: Sequence[str], env: dict[str, str], lock: threading.Lock,
+           failures: list[Failure], capture: list[str] | None) -> _Proc:
     popen = subprocess.Popen(
         list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1,
     )
-    reader = threading.Thread(target=_stream, args=(host, popen.stdout, lock, failures),
-                              daemon=True)
+    reader = threading.Thread(target=_stream,
+                              args=(host, popen.stdout, lock, failures, capture), daemon=True)
     reader.start()
     return _Proc(host, popen, reader)
 
@@ -141,8 +144,11 @@ def _signal_all(procs: list[_Proc], sig: int) -> None:
                 os.killpg(p.popen.pid, sig)
 
 
-def run_job(cfg: LaunchConfig) -> int:
-    """Start every process of the job and wait; the first failure stops all the others."""
+def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
+    """Start every process of the job and wait; the first failure stops all the others.
+
+    Output is streamed with a host prefix; ``capture`` also receives every raw line.
+    """
     lock = threading.Lock()
     base_env = dict(os.environ)
     if cfg.launcher == "local":
@@ -156,7 +162,7 @@ def run_job(cfg: LaunchConfig) -> int:
     else:
         raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh or mpirun")
     failures: list[Failure] = []
-    procs = [_start(host, argv, env, lock, failures) for host, argv, env in commands]
+    procs = [_start(host, argv, env, lock, failures, capture) for host, argv, env in commands]
     stopped_by: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:

@@ -1,0 +1,68 @@
+"""``cpuft cluster check``: what is wrong with a cluster, host by host, before a long run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="check every host of a cluster")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    c = verbs.add_parser(
+        "check", help="reachability, versions, ISA, routes, port, then a short all-reduce",
+        description="Through the launcher's remote shell, for every host: reachable, same lock "
+                    "hash (differing packages side by side), ISA class, the interface that "
+                    "routes to the master, the rendezvous port free; then a short gloo "
+                    "all-reduce across all hosts. Exit code 1 when anything fails.")
+    c.add_argument("--hostfile", required=True)
+    c.add_argument("--remote-shell", default=None,
+                   help="default: 'ssh -o BatchMode=yes {host} {command}'")
+    c.add_argument("--master-addr", default=None)
+    c.add_argument("--master-port", type=int, default=29500)
+    c.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cpuft.cli.launch_flags import build_launch
+    from cpuft.doctor.cluster import check_cluster
+
+    launch_args = argparse.Namespace(
+        nproc_per_node="1", hostfile=args.hostfile, launcher="ssh", master_addr=args.master_addr,
+        master_port=args.master_port, max_restarts=0, remote_shell=args.remote_shell,
+        mpi="openmpi", comm_cores=0,
+    )
+    cfg = build_launch(launch_args, [], check_network=False)
+    rep = check_cluster(cfg, master_given=bool(args.master_addr))
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print_report(rep)
+    return 0 if rep["ok"] else 1
+
+
+def print_report(rep: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 110))
+    table = Table(title=f"cluster check (master {rep['master_addr']})")
+    for col in ("host", "check", "status", "detail", "fix"):
+        table.add_column(col)
+    colours = {"ok": "green", "warn": "yellow", "fail": "red"}
+    for f in rep["findings"]:
+        table.add_row(f["host"], f["check"], f"[{colours[f['status']]}]{f['status']}[/]",
+                      f["detail"], f["fix"])
+    console.print(table)
+    if rep["allreduce"]:
+        ar = Table(title=f"gloo all-reduce across {rep['allreduce']['world_size']} hosts")
+        for col in ("message", "latency", "bus bandwidth"):
+            ar.add_column(col, justify="right")
+        for row in rep["allreduce"]["rows"]:
+            ar.add_row(f"{row['bytes'] / 1024:.0f} KiB", f"{row['seconds'] * 1e3:.2f} ms",
+                       f"{row['bus_gb_per_s']:.2f} GB/s")
+        console.print(ar)
+    console.print("all good" if rep["ok"] else "problems found: see the fixes above",
+                  highlight=False)
