@@ -72,3 +72,15 @@ def test_openmpi_and_intelmpi():
     argv, env = mpirun_command(config(mpi="intelmpi"))
     assert argv[:7] == ["mpirun", "-n", "4", "-ppn", "2", "-hosts", "n1,n2"]
     assert argv[9:12] == ["-genv", "MASTER_ADDR", "10.0.0.1"] and env == {}
+
+
+def test_direct_commands_set_each_rank():
+    from cpuft.launch.commands import direct_commands
+
+    cfg = config(remote_shell="ip netns exec {host}",
+                 module_args=["-m", "cpuft.dist.allreduce_probe"],
+                 train_args=[])
+    [(_, first), (_, second)] = direct_commands(cfg)
+    assert "RANK=1" in second[6] and "WORLD_SIZE=2" in second[6]
+    assert second[6].endswith("/venv/bin/python -m cpuft.dist.allreduce_probe")
+    assert "RANK=0" in first[6]

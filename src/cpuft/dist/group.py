@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,9 +87,14 @@ def _attempt_store(info: RankInfo, timeout: datetime.timedelta) -> dist.Store:
     if not addr or not port:
         raise CpuftError("MASTER_ADDR and MASTER_PORT must be set for a distributed run")
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(addr, int(port), world_size=info.world_size,
-                          is_master=not agent_store and info.rank == 0, timeout=timeout,
-                          multi_tenant=not agent_store)
+    if not agent_store and info.rank == 0:
+        # TCPStore alone listens on every interface; bound here, it listens on the cluster's.
+        listener = socket.create_server((addr, int(port)), backlog=512)
+        store = dist.TCPStore(addr, int(port), world_size=info.world_size, is_master=True,
+                              timeout=timeout, master_listen_fd=listener.detach())
+    else:
+        store = dist.TCPStore(addr, int(port), world_size=info.world_size, is_master=False,
+                              timeout=timeout)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return dist.PrefixStore(f"cpuft/attempt{attempt}/", store)
 

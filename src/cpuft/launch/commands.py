@@ -107,6 +107,19 @@ def ssh_commands(cfg: LaunchConfig) -> list[tuple[str, list[str]]]:
     return out
 
 
+def direct_commands(cfg: LaunchConfig) -> list[tuple[str, list[str]]]:
+    """One process per host, its rank set directly (no torchrun): for short probes."""
+    out = []
+    for rank, host in enumerate(cfg.hosts):
+        env = {**_env_for(cfg, host.name), "RANK": str(rank), "WORLD_SIZE": str(len(cfg.hosts)),
+               "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        assignments = [f"{k}={v}" for k, v in sorted(env.items())]
+        script = (f"cd {shlex.quote(cfg.workdir)} && exec env "
+                  + shlex.join([*assignments, cfg.python, *cfg.module_args, *cfg.train_args]))
+        out.append((host.name, remote_command(cfg.remote_shell, host.name, script)))
+    return out
+
+
 def mpirun_command(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
     """One mpirun for every rank on every host; ranks read PMI_* or OMPI_COMM_WORLD_*."""
     env = {**cfg.env, "MASTER_ADDR": cfg.master_addr, "MASTER_PORT": str(cfg.master_port)}

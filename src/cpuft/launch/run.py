@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from cpuft.errors import CpuftError
 from cpuft.launch.commands import (
     LaunchConfig,
+    direct_commands,
     local_command,
     mpirun_command,
     remote_command,
@@ -154,8 +155,9 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
     if cfg.launcher == "local":
         argv, env = local_command(cfg)
         commands = [(cfg.hosts[0].name, argv, {**base_env, **env})]
-    elif cfg.launcher == "ssh":
-        commands = [(host, argv, base_env) for host, argv in ssh_commands(cfg)]
+    elif cfg.launcher in ("ssh", "direct"):
+        build = ssh_commands if cfg.launcher == "ssh" else direct_commands
+        commands = [(host, argv, base_env) for host, argv in build(cfg)]
     elif cfg.launcher == "mpirun":
         argv, env = mpirun_command(cfg)
         commands = [("mpirun", argv, {**base_env, **env})]
