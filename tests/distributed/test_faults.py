@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,3 +136,17 @@ def test_bad_hostfile_unreachable_host_and_busy_port_fail_before_starting(tmp_pa
     assert proc.returncode == 2 and f"port {port} is in use" in proc.stderr
     for p in (proc,):
         assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI not installed (make setup "
+                    "installs it as root)")
+def test_mpirun_launcher_trains_with_ranks_from_open_mpi(tmp_path):
+    model = make_tiny_model(tmp_path / "model")
+    data = write_csv(tmp_path / "d.csv", sentiment_rows(60, seed=8))
+    proc = run_cli("launch", "--launcher", "mpirun", "--nproc-per-node", "2", "--master-port",
+                   "29544", "--", "train", "--model", str(model), "--train-file", str(data),
+                   "--text-columns", "text", "--max-steps", "3", "--batch-size", "4",
+                   "--no-progress", "--output-dir", str(tmp_path / "out"), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["world_size"], summary["backend"], summary["steps"]) == (2, "gloo", 3)
