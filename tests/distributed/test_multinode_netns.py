@@ -59,12 +59,9 @@ def test_bench_scaling_reports_efficiency(tmp_path):
 
 
 def test_a_rank_killed_on_one_host_stops_every_host(tmp_path):
-    import os
-    import signal
-    import time
     import uuid
 
-    from tests.distributed.test_faults import job_pids, wait_for
+    from tests.distributed.test_faults import kill_rank_and_expect_stop
 
     model = make_tiny_model(tmp_path / "model")
     data = write_csv(tmp_path / "d.csv", sentiment_rows(120, seed=4))
@@ -82,15 +79,4 @@ def test_a_rank_killed_on_one_host_stops_every_host(tmp_path):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=cpuft_env(CPUFT_TEST_TAG=tag), cwd=tmp_path,
         )
-        metrics = out / "metrics.jsonl"
-        wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 120,
-                 "training to start", launcher)
-        [victim] = job_pids(tag, rank=1)
-        os.kill(victim, signal.SIGKILL)
-        killed_at = time.monotonic()
-        _, stderr = launcher.communicate(timeout=60)
-        assert time.monotonic() - killed_at < 30
-        assert launcher.returncode != 0
-        last = stderr.strip().splitlines()[-1]
-        assert f"rank 1 on host {cluster.hosts[1]} died (killed by signal 9)" in last, stderr
-        wait_for(lambda: not job_pids(tag), 15, "no process of the job left on any host")
+        kill_rank_and_expect_stop(launcher, tag, out, cluster.hosts[1])

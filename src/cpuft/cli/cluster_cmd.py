@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
+
+from cpuft.cli.output import emit, findings_table
 
 
 def register(sub: Any) -> None:
@@ -35,12 +36,7 @@ def run(args: argparse.Namespace) -> int:
         mpi="openmpi", comm_cores=0,
     )
     cfg = build_launch(launch_args, [], check_network=False)
-    rep = check_cluster(cfg, master_given=bool(args.master_addr))
-    if args.json:
-        print(json.dumps(rep))
-    else:
-        print_report(rep)
-    return 0 if rep["ok"] else 1
+    return emit(check_cluster(cfg, master_given=bool(args.master_addr)), args.json, print_report)
 
 
 def print_report(rep: dict[str, Any]) -> None:
@@ -48,14 +44,8 @@ def print_report(rep: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 110))
-    table = Table(title=f"cluster check (master {rep['master_addr']})")
-    for col in ("host", "check", "status", "detail", "fix"):
-        table.add_column(col)
-    colours = {"ok": "green", "warn": "yellow", "fail": "red"}
-    for f in rep["findings"]:
-        table.add_row(f["host"], f["check"], f"[{colours[f['status']]}]{f['status']}[/]",
-                      f["detail"], f["fix"])
-    console.print(table)
+    console.print(findings_table(f"cluster check (master {rep['master_addr']})",
+                                 rep["findings"], with_host=True))
     if rep["allreduce"]:
         ar = Table(title=f"gloo all-reduce across {rep['allreduce']['world_size']} hosts")
         for col in ("message", "latency", "bus bandwidth"):

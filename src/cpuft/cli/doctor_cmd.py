@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
+
+from cpuft.cli.output import emit, findings_table
 
 
 def register(sub: Any) -> None:
@@ -20,12 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from cpuft.doctor.checks import report
     from cpuft.doctor.facts import gather
 
-    rep = report(gather())
-    if args.json:
-        print(json.dumps(rep))
-    else:
-        print_report(rep)
-    return 0 if rep["ok"] else 1
+    return emit(report(gather()), args.json, print_report)
 
 
 def print_report(rep: dict[str, Any]) -> None:
@@ -52,11 +48,4 @@ def print_report(rep: dict[str, Any]) -> None:
     console.print(f"cpuft will use: {c['precision']} ({c['precision_reason']}); "
                   f"{c['ranks_per_node']} rank(s) per node x {c['threads_per_rank']} threads "
                   f"({c['ranks_reason']}); allocator {c['allocator']}", highlight=False)
-    checks = Table(title="checks")
-    for col in ("check", "status", "detail", "fix"):
-        checks.add_column(col)
-    colours = {"ok": "green", "warn": "yellow", "fail": "red"}
-    for f in rep["findings"]:
-        checks.add_row(f["check"], f"[{colours[f['status']]}]{f['status']}[/]", f["detail"],
-                       f["fix"])
-    console.print(checks)
+    console.print(findings_table("checks", rep["findings"]))

@@ -15,10 +15,14 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 
 @dataclass(frozen=True, slots=True)
 class Finding:
+    """One check's outcome ('ok', 'warn' or 'fail'), with the fix for a problem."""
+
     check: str
     status: str
     detail: str
     fix: str = ""
+    host: str = ""
+    """The host it is about, in a cluster check."""
 
 
 def choices(facts: NodeFacts) -> dict[str, Any]:

@@ -3,38 +3,32 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
+from cpuft.doctor.checks import FAIL, OK, WARN, Finding
 from cpuft.envlock import differences, make_lock, read_lock
 from cpuft.errors import CpuftError
 from cpuft.launch.commands import LaunchConfig
 from cpuft.launch.run import check_port, probe, resolve_network, run_job
 from cpuft.topology import Isa, parse_cpuinfo
 
-OK, WARN, FAIL = "ok", "warn", "fail"
+
+def _finding(host: str, check: str, status: str, detail: str, fix: str = "") -> Finding:
+    return Finding(check=check, status=status, detail=detail, fix=fix, host=host)
 
 
-@dataclass(frozen=True, slots=True)
-class HostFinding:
-    host: str
-    check: str
-    status: str
-    detail: str
-    fix: str = ""
-
-
-def _versions(cfg: LaunchConfig, host: str, here: dict[str, Any]) -> HostFinding:
+def _versions(cfg: LaunchConfig, host: str, here: dict[str, Any]) -> Finding:
     try:
         there = read_lock(probe(cfg, host, f"{cfg.python} -m cpuft env lock"), f"{host}'s lock")
     except CpuftError as e:
-        return HostFinding(host, "versions", FAIL, str(e),
+        return _finding(host, "versions", FAIL, str(e),
                            f"install cpuft on {host} at {cfg.python}")
     diffs = differences(here, there)
     if not diffs:
-        return HostFinding(host, "versions", OK, f"lock {there['hash']}, same as here")
+        return _finding(host, "versions", OK, f"lock {there['hash']}, same as here")
     side = "; ".join(f"{n}: here {a or '(absent)'}, {host} {b or '(absent)'}" for n, a, b in diffs)
-    return HostFinding(host, "versions", FAIL, side,
+    return _finding(host, "versions", FAIL, side,
                        "cpuft env lock -o cpuft.lock here, then run the script of "
                        f"`cpuft env bootstrap --lock cpuft.lock` on {host}")
 
@@ -61,16 +55,16 @@ def _allreduce(cfg: LaunchConfig) -> dict[str, Any] | None:
 
 
 def check_cluster(cfg: LaunchConfig, master_given: bool) -> dict[str, Any]:
-    found: list[HostFinding] = []
+    found: list[Finding] = []
     here = make_lock()
     reachable = []
     for h in cfg.hosts:
         try:
             probe(cfg, h.name, "true")
             reachable.append(h.name)
-            found.append(HostFinding(h.name, "reachable", OK, f"through `{cfg.remote_shell}`"))
+            found.append(_finding(h.name, "reachable", OK, f"through `{cfg.remote_shell}`"))
         except CpuftError as e:
-            found.append(HostFinding(h.name, "reachable", FAIL, str(e),
+            found.append(_finding(h.name, "reachable", FAIL, str(e),
                                      "check the host is up and the remote shell reaches it "
                                      "without a password (ssh keys, BatchMode)"))
     isas = {}
@@ -80,36 +74,36 @@ def check_cluster(cfg: LaunchConfig, master_given: bool) -> dict[str, Any]:
     if len({i.native_bf16 for i in isas.values()}) > 1:
         for host, isa in isas.items():
             if not isa.native_bf16:
-                found.append(HostFinding(host, "isa", WARN,
+                found.append(_finding(host, "isa", WARN,
                                          "no native bf16 while other hosts have it: ranks "
                                          "would pick different precisions",
                                          "run the job with --precision fp32, or drop the host"))
     else:
         for host, isa in isas.items():
-            found.append(HostFinding(host, "isa", OK, " ".join(isa.names()) or "no AVX-512"))
+            found.append(_finding(host, "isa", OK, " ".join(isa.names()) or "no AVX-512"))
     network_ok = len(reachable) == len(cfg.hosts)
     if network_ok:
         try:
             resolve_network(cfg, master_given)
             for h in cfg.hosts:
-                found.append(HostFinding(h.name, "route", OK,
+                found.append(_finding(h.name, "route", OK,
                                          f"reaches master {cfg.master_addr} via "
                                          f"{cfg.host_env[h.name]['GLOO_SOCKET_IFNAME']} "
                                          f"({cfg.host_addr[h.name]})"))
             check_port(cfg)
-            found.append(HostFinding(cfg.hosts[0].name, "port", OK,
+            found.append(_finding(cfg.hosts[0].name, "port", OK,
                                      f"{cfg.master_addr}:{cfg.master_port} is free"))
         except CpuftError as e:
             network_ok = False
             host = next((h.name for h in cfg.hosts if f"host {h.name} " in str(e)),
                         cfg.hosts[0].name)
-            found.append(HostFinding(host, "route", FAIL, str(e),
+            found.append(_finding(host, "route", FAIL, str(e),
                                      "bring its cluster interface up, or fix its routes"))
     allreduce = None
     if network_ok:
         allreduce = _allreduce(cfg)
         if allreduce is None:
-            found.append(HostFinding(cfg.hosts[0].name, "allreduce", FAIL,
+            found.append(_finding(cfg.hosts[0].name, "allreduce", FAIL,
                                      "the all-reduce across hosts did not complete",
                                      "see the output above; check firewalls between hosts"))
     return {

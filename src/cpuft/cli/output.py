@@ -1,0 +1,32 @@
+"""What the checking commands share: JSON or tables, findings with coloured status, exit code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+STATUS_COLOURS = {"ok": "green", "warn": "yellow", "fail": "red"}
+
+
+def emit(rep: dict[str, Any], as_json: bool, print_report: Callable[[dict[str, Any]], None]) -> int:
+    """Print the report (one JSON document, or tables); exit code 1 unless it is ok."""
+    if as_json:
+        print(json.dumps(rep))
+    else:
+        print_report(rep)
+    return 0 if rep["ok"] else 1
+
+
+def findings_table(title: str, findings: list[dict[str, Any]], with_host: bool = False) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    columns = (("host",) if with_host else ()) + ("check", "status", "detail", "fix")
+    for col in columns:
+        table.add_column(col)
+    for f in findings:
+        status = f"[{STATUS_COLOURS[f['status']]}]{f['status']}[/]"
+        cells = [f["check"], status, f["detail"], f["fix"]]
+        table.add_row(*([f["host"]] if with_host else []), *cells)
+    return table
