@@ -1,5 +1,7 @@
 """One benchmark configuration, run in its own process: ``python -m cpuft.bench.worker SPEC``.
 
+Speed is measured over the steps after a warm-up (the first tenth), cut the same way for all.
+
 Prints its result as one JSON line. Each configuration gets a fresh process so that an
 allocator preloaded for cpuft (or memory held by a previous run) cannot help or hurt another.
 """
@@ -66,9 +68,32 @@ def flops_per_sample(model: Any, mean_tokens: float) -> float:
     return float(6 * params * mean_tokens + attention)
 
 
-def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any, train: Encoded) -> float:
-    """Seconds for ``spec.steps`` steps with transformers' Trainer, as a user would set it up."""
-    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+def warmup_steps(steps: int) -> int:
+    """Steps left out of the measured pace: the first ones build kernels for new shapes."""
+    return min(max(1, steps // 10), steps - 1)
+
+
+def steady_seconds(step_seconds: list[float]) -> float:
+    """Time of the steps after warm-up, the same cut for every configuration."""
+    return sum(step_seconds[warmup_steps(len(step_seconds)):])
+
+
+def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
+                       train: Encoded) -> list[float]:
+    """Per-step seconds of ``spec.steps`` steps with transformers' Trainer, set up as a user
+    would."""
+    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
+
+    class StepTimes(TrainerCallback):
+        def __init__(self) -> None:
+            self.marks: list[float] = []
+
+        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            if not self.marks:
+                self.marks.append(time.perf_counter())
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            self.marks.append(time.perf_counter())
 
     stock = spec.config == "stock-2021"
     width = spec.max_seq_length
@@ -101,14 +126,15 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any, train: Encoded
             disable_tqdm=True,
             dataloader_num_workers=0,
         )
+        times = StepTimes()
         trainer = Trainer(model=model, args=args, train_dataset=rows,
-                          data_collator=DataCollatorWithPadding(tokenizer))
-        output = trainer.train()
-    return float(output.metrics["train_runtime"])
+                          data_collator=DataCollatorWithPadding(tokenizer), callbacks=[times])
+        trainer.train()
+    return [b - a for a, b in zip(times.marks, times.marks[1:], strict=False)]
 
 
 def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
-                    train: Encoded) -> tuple[float, str, list[float]]:
+                    train: Encoded) -> tuple[str, list[float]]:
     plan = apply_plan(make_plan(TrainConfig(max_seq_length=spec.max_seq_length), read_topology()),
                       pin_cores=True)
     apply_model_speedups(model, plan)
@@ -119,7 +145,7 @@ def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
         precision=plan.precision, fused_optimizer=True, log_steps=spec.steps,
         compile=spec.config == "cpuft-compile",
     ))
-    return result.train_seconds, plan.precision, result.step_seconds
+    return plan.precision, result.step_seconds
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
@@ -133,17 +159,17 @@ def run(spec: RunSpec) -> dict[str, Any]:
     if spec.eval_samples:
         val_texts, val_labels = val_texts[: spec.eval_samples], val_labels[: spec.eval_samples]
     validation = encode(val_texts, val_labels, tokenizer, spec.max_seq_length)
-    step_seconds: list[float] = []
     if spec.config.startswith("cpuft"):
-        seconds, precision, step_seconds = train_with_cpuft(spec, model, tokenizer, train)
+        precision, step_seconds = train_with_cpuft(spec, model, tokenizer, train)
     else:
-        seconds = train_with_trainer(spec, model, tokenizer, train)
+        step_seconds = train_with_trainer(spec, model, tokenizer, train)
         precision = "bf16" if spec.config == "trainer-best" and read_topology().isa.native_bf16 \
             else "fp32"
     scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
                       batch_size=128, precision=precision, metrics=("accuracy",),
                       regression=False)
-    samples = spec.steps * spec.batch_size
+    seconds = steady_seconds(step_seconds)
+    samples = (len(step_seconds) - warmup_steps(len(step_seconds))) * spec.batch_size
     mean_tokens = sum(train.lengths) / len(train)
     return {
         "config": spec.config,
@@ -152,6 +178,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "allocator": loaded_allocator(),
         "threads": torch.get_num_threads(),
         "train_seconds": seconds,
+        "measured_steps": len(step_seconds) - warmup_steps(len(step_seconds)),
         "samples_per_second": samples / seconds,
         "tokens_per_second": samples * mean_tokens / seconds,
         "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
