@@ -84,3 +84,29 @@ def test_console_script_preloads_allocator_and_reports_it(tiny_model, data_file,
     from cpuft.speedups import choose_allocator
 
     assert speedups["allocator"] == choose_allocator("auto")[0]
+
+
+def test_ctrl_c_checkpoints_a_whole_step_and_resume_continues(tiny_model, data_file, tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "int"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cpuft", *train_args(tiny_model, data_file, out,
+                                                     "--max-steps", "100000")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cpuft_env(),
+    )
+    deadline = time.monotonic() + 120
+    while not ((out / "metrics.jsonl").exists() and len(losses(out)) >= 3):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "rerun with --resume" in stderr and "Traceback" not in stderr
+    [checkpoint] = out.glob("checkpoint-*")
+    step = int(checkpoint.name.split("-")[1])
+    assert step >= 3
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", str(step + 2),
+                           "--resume")) == 0
+    assert len(losses(out)) == step + 2

@@ -96,21 +96,25 @@ class Interrupted(CpuftError):
 
 
 @contextlib.contextmanager
-def _sigterm_flag() -> Iterator[dict[str, int]]:
-    """SIGTERM (a spot instance going away) sets a flag that the loop reads between steps."""
+def _stop_flag() -> Iterator[dict[str, int]]:
+    """SIGTERM (a spot instance going away) or a first Ctrl-C sets a flag that the loop reads
+    between steps, so the checkpoint holds a whole step; a second Ctrl-C stops at once."""
     flag: dict[str, int] = {}
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
 
     def handler(signum: int, _frame: object) -> None:
+        if signum == signal.SIGINT and flag:
+            raise KeyboardInterrupt
         flag["signal"] = signum
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -204,7 +208,7 @@ def fit(
     logger.start(config.total_steps, step)
     window = {"samples": 0, "tokens": 0, "start": time.perf_counter()}
     started = time.perf_counter()
-    with _sigterm_flag() as stop:
+    with _stop_flag() as stop:
         try:
             while step < config.total_steps:
                 n_batches = source.num_batches(epoch)
@@ -269,16 +273,19 @@ def fit(
                     if config.save_steps and step % config.save_steps == 0:
                         checkpoint()
                     if stop:
-                        raise KeyboardInterrupt
+                        checkpoint()
+                        logger.close()
+                        where = (f"; checkpoint at step {step} in {config.output_dir}"
+                                 if config.output_dir and main_rank else "")
+                        raise Interrupted(f"stopped at step {step}{where}: rerun with --resume",
+                                          stop["signal"])
                     if position == 0:
                         break
         except KeyboardInterrupt:
-            checkpoint()
+            # A second Ctrl-C: the step in flight is incomplete, so nothing is written.
             logger.close()
-            where = f"; checkpoint at step {step} in {config.output_dir}" if (
-                config.output_dir and main_rank) else ""
-            raise Interrupted(f"interrupted at step {step}{where}: rerun with --resume",
-                              stop.get("signal", signal.SIGINT)) from None
+            raise Interrupted(f"stopped during step {step + 1} without a checkpoint; the last "
+                              "one written stays: rerun with --resume") from None
     result.train_seconds = time.perf_counter() - started
     if config.output_dir is not None and not (config.save_steps and step % config.save_steps == 0):
         checkpoint()
