@@ -82,6 +82,15 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on right now (fixed ports collide with leftovers)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def cpuft_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra})

@@ -7,7 +7,7 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import cpuft_env, make_tiny_model, sentiment_rows, write_csv
+from tests.conftest import cpuft_env, free_port, make_tiny_model, sentiment_rows, write_csv
 
 # fp32 sums of the same gradients in another order differ in the last bits; after 6 AdamW steps
 # at lr 1e-4 the parameters of the two runs must agree to within this (seen: 1.3e-7).
@@ -35,8 +35,8 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path):
               "--max-steps", "6", "--lr", "1e-4", "--precision", "fp32", "--no-progress",
               "--log-steps", "1"]
     train([*common, "--batch-size", "8", "--output-dir", str(tmp_path / "one")])
-    proc = train([*common, "--batch-size", "4", "--nproc-per-node", "2", "--master-port", "29531",
-                  "--output-dir", str(tmp_path / "two")])
+    proc = train([*common, "--batch-size", "4", "--nproc-per-node", "2",
+                  "--master-port", str(free_port()), "--output-dir", str(tmp_path / "two")])
     assert "[" in proc.stdout and ":0] trained 6 steps" in proc.stdout
     one = load_file(tmp_path / "one" / "model.safetensors")
     two = load_file(tmp_path / "two" / "model.safetensors")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cpuft_env, make_tiny_model, sentiment_rows, write_csv
+from tests.conftest import cpuft_env, free_port, make_tiny_model, sentiment_rows, write_csv
 
 pytestmark = pytest.mark.multiprocess
 
@@ -85,12 +85,12 @@ def kill_rank_and_expect_stop(launcher, tag, out, host):
 
 def test_killed_rank_stops_the_whole_job(job):
     start, tag, out = job
-    kill_rank_and_expect_stop(start(29541), tag, out, "localhost")
+    kill_rank_and_expect_stop(start(free_port()), tag, out, "localhost")
 
 
 def test_restart_resumes_from_the_last_checkpoint(job):
     start, tag, out = job
-    launcher = start(29542, "--max-restarts", "1", "--save-steps", "20", steps=1500)
+    launcher = start(free_port(), "--max-restarts", "1", "--save-steps", "20", steps=1500)
     wait_for(lambda: any(out.glob("checkpoint-*")), 120, "a checkpoint", launcher)
     os.kill(job_pids(tag, rank=1)[0], signal.SIGKILL)
     stdout, stderr = launcher.communicate(timeout=240)
@@ -103,7 +103,7 @@ def test_restart_resumes_from_the_last_checkpoint(job):
 
 def test_sigterm_to_the_launcher_writes_a_checkpoint(job):
     start, tag, out = job
-    launcher = start(29543)
+    launcher = start(free_port())
     wait_for(lambda: logged_steps(out) >= 5, 120, "training to start", launcher)
     launcher.send_signal(signal.SIGTERM)
     _, stderr = launcher.communicate(timeout=60)
@@ -148,9 +148,10 @@ def test_mpirun_launcher_trains_with_ranks_from_open_mpi(tmp_path):
     model = make_tiny_model(tmp_path / "model")
     data = write_csv(tmp_path / "d.csv", sentiment_rows(60, seed=8))
     proc = run_cli("launch", "--launcher", "mpirun", "--nproc-per-node", "2", "--master-port",
-                   "29544", "--", "train", "--model", str(model), "--train-file", str(data),
-                   "--text-columns", "text", "--max-steps", "3", "--batch-size", "4",
-                   "--no-progress", "--output-dir", str(tmp_path / "out"), timeout=300)
+                   str(free_port()), "--", "train", "--model", str(model),
+                   "--train-file", str(data), "--text-columns", "text", "--max-steps", "3",
+                   "--batch-size", "4", "--no-progress", "--output-dir", str(tmp_path / "out"),
+                   timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert (summary["world_size"], summary["backend"], summary["steps"]) == (2, "gloo", 3)
