@@ -44,12 +44,13 @@ def run(args: argparse.Namespace) -> int:
     from cpuft.topology import read_topology
 
     cfg = build_config(load_config_file(args.config) if args.config else {}, given_flags(args))
-    if wants_launch(args) and not rank_info(os.environ).distributed:
+    me = rank_info(os.environ)
+    if wants_launch(args) and not me.distributed:
         from cpuft.launch.run import run_job
 
         return run_job(build_launch(args, strip_launch_flags(args.argv)))
-    if rank_info(os.environ).distributed:
-        prefix_output(os.environ.get("CPUFT_HOST", "localhost"), rank_info(os.environ).rank)
+    if me.distributed:
+        prefix_output(os.environ.get("CPUFT_HOST", "localhost"), me.rank)
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
         # torchrun restarted the workers after a failure: continue from the last checkpoint.
         from pathlib import Path

@@ -183,8 +183,13 @@ def fit(
 
     main_rank = dist is None or dist.info.is_main
 
+    saved_step = step  # a resumed run's own checkpoint is already on disk
+
     def checkpoint() -> None:
-        if config.output_dir is not None and main_rank:
+        """Write the state after ``step`` once, however many reasons there are to save it."""
+        nonlocal saved_step
+        if config.output_dir is not None and main_rank and step != saved_step:
+            saved_step = step
             save_checkpoint(config.output_dir, step, {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
@@ -287,8 +292,7 @@ def fit(
             raise Interrupted(f"stopped during step {step + 1} without a checkpoint; the last "
                               "one written stays: rerun with --resume") from None
     result.train_seconds = time.perf_counter() - started
-    if config.output_dir is not None and not (config.save_steps and step % config.save_steps == 0):
-        checkpoint()
+    checkpoint()
     logger.close()
     result.steps = step
     result.final_loss = result.losses[-1] if result.losses else math.nan
