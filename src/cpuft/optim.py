@@ -1,7 +1,12 @@
-"""AdamW (fused where asked) with decoupled weight decay off for biases and norms, and the
+"""AdamW (fused where asked) with decoupled weight decay off for biases and norms, lazy row
+updates for sparse gradients (a word embedding), gradient clipping that takes both, and the
 linear warm-up/decay schedule."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,10 +25,75 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object
     ]
 
 
-def build_optimizer(
-    model: nn.Module, *, lr: float, weight_decay: float, fused: bool
-) -> torch.optim.AdamW:
-    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, fused=fused or None)
+class AdamW(torch.optim.AdamW):
+    """torch's AdamW, which also steps parameters whose gradient is sparse.
+
+    A sparse gradient (``nn.Embedding(sparse=True)``) moves only the rows the batch used, and
+    only their moments are updated (a lazy AdamW, as TensorFlow's LazyAdam): a vocabulary of 30k
+    rows costs what the few hundred tokens of a batch cost, not a pass over the whole matrix.
+    Dense parameters take torch's (fused) AdamW unchanged.
+    """
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> Any:
+        parked: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and p.grad.is_sparse:
+                    self._lazy_step(p, group)
+                    parked.append((p, p.grad))
+                    p.grad = None  # torch's AdamW refuses sparse gradients and skips None
+        try:
+            return super().step(closure)
+        finally:
+            for p, grad in parked:
+                p.grad = grad
+
+    def _lazy_step(self, p: torch.Tensor, group: dict[str, Any]) -> None:
+        grad = p.grad.coalesce()  # type: ignore[union-attr]
+        rows, values = grad.indices()[0], grad.values()
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["step"] += 1
+        step = float(state["step"])
+        beta1, beta2 = group["betas"]
+        lr = float(group["lr"])
+        m = state["exp_avg"].index_select(0, rows).lerp_(values, 1 - beta1)
+        v = state["exp_avg_sq"].index_select(0, rows).mul_(beta2)
+        v.addcmul_(values, values, value=1 - beta2)
+        state["exp_avg"].index_copy_(0, rows, m)
+        state["exp_avg_sq"].index_copy_(0, rows, v)
+        denom = (v.sqrt_() / math.sqrt(1 - beta2**step)).add_(group["eps"])
+        w = p.index_select(0, rows).mul_(1 - lr * group["weight_decay"])
+        w.addcdiv_(m, denom, value=-lr / (1 - beta1**step))
+        p.index_copy_(0, rows, w)
+
+
+def build_optimizer(model: nn.Module, *, lr: float, weight_decay: float, fused: bool) -> AdamW:
+    return AdamW(param_groups(model, weight_decay), lr=lr, fused=fused or None)
+
+
+def clip_grad_norm(params: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` that also takes sparse gradients (coalesced here, so
+    that a row used twice counts once)."""
+    grads: list[torch.Tensor] = []
+    for p in params:
+        if p.grad is None:
+            continue
+        if p.grad.is_sparse:
+            p.grad = p.grad.coalesce()
+            grads.append(p.grad._values())
+        else:
+            grads.append(p.grad)
+    if not grads:
+        return torch.tensor(0.0)
+    total = torch.nn.utils.get_total_norm(grads)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, coef)
+    return total
 
 
 def linear_schedule(

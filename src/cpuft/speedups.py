@@ -56,6 +56,9 @@ class SpeedPlan:
     attention_reason: str = ""
     fast_dropout: bool = True
     """Dropout masks drawn 64 bits per generator call (see cpuft.train.fast_dropout)."""
+    sparse_embeddings: bool = True
+    """Word-embedding gradients as sparse rows with lazy AdamW updates (see cpuft.optim)."""
+    sparse_embeddings_reason: str = ""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -213,4 +216,6 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         attention=attention,
         attention_reason=attention_reason,
         fast_dropout=cfg.fast_dropout,
+        sparse_embeddings=cfg.sparse_embeddings,
+        sparse_embeddings_reason="on by default" if cfg.sparse_embeddings else "requested",
     )

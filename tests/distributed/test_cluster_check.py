@@ -73,3 +73,20 @@ def test_a_host_with_other_versions_is_named_with_the_package(tmp_path):
     assert versions["status"] == "fail"
     assert "rich: here 15.0.0, " + other + " 0.0.1" in versions["detail"]
     assert by(rep, cluster.hosts[0], "versions")[0]["status"] == "ok"
+
+
+def test_sigterm_removes_the_namespaced_hosts():
+    script = ("import time\nfrom cpuft.launch.netns import namespace_cluster\n"
+              "with namespace_cluster(2, subnet=234) as c:\n"
+              "    print(' '.join([c.switch, *c.hosts]), flush=True)\n    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cpuft_env())
+    names = proc.stdout.readline().split()
+    assert len(names) == 3
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert all(n in listed for n in names)
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "hosts were removed" in err
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(n in listed for n in names)

@@ -26,14 +26,15 @@ def train(argv, timeout=300):
 
 
 @pytest.mark.multiprocess
-def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path):
+@pytest.mark.parametrize("embeddings", ["--sparse-embeddings", "--no-sparse-embeddings"])
+def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path, embeddings):
     # No dropout (its masks would differ), and weights large enough that no gradient is so close
     # to 0 that AdamW turns rounding noise into a full step.
     model = make_tiny_model(tmp_path / "model", dropout=0.0, init_range=0.5)
     data = write_csv(tmp_path / "d.csv", sentiment_rows(80, seed=3))
     common = ["--model", str(model), "--train-file", str(data), "--text-columns", "text",
               "--max-steps", "6", "--lr", "1e-4", "--precision", "fp32", "--no-progress",
-              "--log-steps", "1"]
+              "--log-steps", "1", embeddings]
     train([*common, "--batch-size", "8", "--output-dir", str(tmp_path / "one")])
     proc = train([*common, "--batch-size", "4", "--nproc-per-node", "2",
                   "--master-port", str(free_port()), "--output-dir", str(tmp_path / "two")])
@@ -50,3 +51,34 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path):
     assert (summary["world_size"], summary["nodes"], summary["backend"]) == (2, 1, "gloo")
     assert 0 <= summary["step_time_split"]["comm_wait_fraction"] < 1
     assert summary["train_samples"] == 72 and summary["steps"] == 6
+    assert summary["speedups"]["sparse_embeddings"] is (embeddings == "--sparse-embeddings")
+
+
+@pytest.mark.multiprocess
+def test_powersgd_sends_low_rank_gradients_after_its_warm_up(tmp_path):
+    from cpuft.dist.powersgd import PowerSGD
+
+    start = PowerSGD().start_step
+
+    model = make_tiny_model(tmp_path / "model", dropout=0.0, init_range=0.5)
+    data = write_csv(tmp_path / "d.csv", sentiment_rows(80, seed=3))
+    common = ["--model", str(model), "--train-file", str(data), "--text-columns", "text",
+              "--lr", "1e-4", "--precision", "fp32", "--no-progress", "--batch-size", "4",
+              "--nproc-per-node", "2"]
+    runs = {}
+    for compression, steps in (("none", start), ("powersgd", start),
+                               ("none", start + 4),
+                               ("powersgd", start + 4)):
+        out = tmp_path / f"{compression}-{steps}"
+        train([*common, "--max-steps", str(steps), "--grad-compression", compression,
+               "--master-port", str(free_port()), "--output-dir", str(out)])
+        runs[compression, steps] = load_file(out / "model.safetensors")
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["grad_compression"] == compression
+    def gap(a, b):
+        return max(float((a[k] - b[k]).abs().max()) for k in a if ZERO_GRADIENT not in k)
+    # Plain all-reduce until its start step, low-rank factors after it.
+    assert gap(runs["none", start], runs["powersgd", start]) <= \
+        TOLERANCE
+    assert gap(runs["none", start + 4],
+               runs["powersgd", start + 4]) > 10 * TOLERANCE

@@ -63,3 +63,18 @@ def test_compile_measurement_separates_start_up_from_pace(tmp_path, monkeypatch)
     assert compile_cache.lookup(k) is None
     compile_cache.store(k, m)
     assert compile_cache.lookup(k) == m
+
+
+def test_rounds_pair_their_runs_and_take_the_median_ratio():
+    from cpuft.bench.runner import median_run
+
+    # The machine slowed down in round 2: paired ratios stay 2.0, 1.5, 2.0.
+    ours = median_run([result("cpuft", 200.0, 0.8), result("cpuft", 60.0, 0.8),
+                       result("cpuft", 220.0, 0.8)])
+    theirs = median_run([result("trainer-best", 100.0, 0.8), result("trainer-best", 40.0, 0.8),
+                         result("trainer-best", 110.0, 0.8)])
+    assert ours["samples_per_second"] == 200.0 and theirs["samples_per_second"] == 100.0
+    report = compare([theirs, ours], MATMUL)
+    m = report["models"]["minilm"]
+    assert m["speedup_vs_trainer_best"] == pytest.approx(2.0)
+    assert m["configs"]["cpuft"]["rounds_samples_per_second"] == [200.0, 60.0, 220.0]

@@ -38,6 +38,9 @@ class BenchOptions:
     batch_size: int = 0
     """Overrides the batch size of every model when positive."""
     max_seq_length: int = 128
+    rounds: int = 1
+    """Run every configuration this many times, in turns; speed-ups are the median of the
+    ratios within a round (a noisy machine drifts between runs far apart in time)."""
 
 
 def plan_runs(opts: BenchOptions) -> list[RunSpec]:
@@ -100,18 +103,34 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         if r["config"] == "cpuft":
             peak = matmul["bf16_gflops" if r["precision"] == "bf16" else "fp32_gflops"] * 1e9
             entry["mfu"] = r["flops_per_sample"] * r["samples_per_second"] / peak
+    for r in results:
+        if "rounds_samples_per_second" in r:
+            config = report["models"][r["model"]]["configs"][r["config"]]
+            config["rounds_samples_per_second"] = r["rounds_samples_per_second"]
     for entry in report["models"].values():
         configs = entry["configs"]
         if "cpuft" not in configs:
             continue
-        ours = configs["cpuft"]["samples_per_second"]
         for other, key in (("stock-2021", "speedup_vs_stock_2021"),
                            ("trainer-best", "speedup_vs_trainer_best")):
             if other in configs:
-                entry[key] = ours / configs[other]["samples_per_second"]
+                ours = configs["cpuft"].get("rounds_samples_per_second",
+                                            [configs["cpuft"]["samples_per_second"]])
+                theirs = configs[other].get("rounds_samples_per_second",
+                                            [configs[other]["samples_per_second"]])
+                entry[key] = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
                 entry[key.replace("speedup", "accuracy_delta")] = (
                     configs["cpuft"]["accuracy"] - configs[other]["accuracy"])
     return report
+
+
+def median_run(done: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median speed among one configuration's rounds, with every round's speed."""
+    if len(done) == 1:
+        return done[0]
+    ranked = sorted(done, key=lambda r: r["samples_per_second"])
+    return {**ranked[(len(ranked) - 1) // 2],
+            "rounds_samples_per_second": [r["samples_per_second"] for r in done]}
 
 
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -119,15 +138,20 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
     cpuft_env = allocator_env(plan)
     say("measuring matmul FLOP/s (bf16, fp32)")
     matmul = _run(RunSpec(config="matmul", model="-", steps=0, batch_size=0), cpuft_env)
-    results = []
+    if opts.rounds < 1:
+        raise CpuftError("--rounds must be at least 1")
     runs = plan_runs(opts)
-    for i, spec in enumerate(runs, 1):
-        say(f"[{i}/{len(runs)}] {spec.model} {spec.config}: {spec.steps} steps of "
-            f"{spec.batch_size}")
-        r = _run(spec, cpuft_env)
-        say(f"    {r['samples_per_second']:.1f} samples/s, accuracy {r['accuracy']:.4f}, "
-            f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}")
-        results.append(r)
+    rounds: list[list[dict[str, Any]]] = [[] for _ in runs]
+    for round_ in range(opts.rounds):
+        for i, spec in enumerate(runs):
+            turn = f" (round {round_ + 1}/{opts.rounds})" if opts.rounds > 1 else ""
+            say(f"[{i + 1}/{len(runs)}] {spec.model} {spec.config}: {spec.steps} steps of "
+                f"{spec.batch_size}{turn}")
+            r = _run(spec, cpuft_env)
+            say(f"    {r['samples_per_second']:.1f} samples/s, accuracy {r['accuracy']:.4f}, "
+                f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}")
+            rounds[i].append(r)
+    results = [median_run(done) for done in rounds]
     by_model: dict[str, dict[str, dict[str, Any]]] = {}
     for spec, r in zip(runs, results, strict=True):
         by_model.setdefault(spec.model, {})[spec.config] = r

@@ -29,9 +29,15 @@ class ScalingOptions:
     model: str = ""
     max_seq_length: int = 128
     port: int = 29571
+    compressions: tuple[str, ...] = ("none", "bf16", "powersgd")
+    """Gradient compressions run on 2 nodes ('none' always is)."""
 
 
-RUNS = (("1-node", 1, "none"), ("2-nodes", 2, "none"), ("2-nodes-bf16", 2, "bf16"))
+def runs(compressions: tuple[str, ...]) -> list[tuple[str, int, str]]:
+    """(name, nodes, gradient compression) of each run, the 1-node baseline first."""
+    chosen = ["none", *(c for c in compressions if c != "none")]
+    return [("1-node", 1, "none"),
+            *((f"2-nodes-{c}" if c != "none" else "2-nodes", 2, c) for c in chosen)]
 
 
 def _launch_args(hostfile: Path, port: int) -> argparse.Namespace:
@@ -42,20 +48,24 @@ def _launch_args(hostfile: Path, port: int) -> argparse.Namespace:
     )
 
 
+def _train_args(opts: ScalingOptions, batch: int, compression: str, out: Path) -> list[str]:
+    train = ["--max-steps", str(opts.steps), "--batch-size", str(batch),
+             "--grad-compression", compression, "--output-dir", str(out), "--no-progress",
+             "--log-steps", str(opts.steps), "--overwrite",
+             "--max-seq-length", str(opts.max_seq_length)]
+    return train + (["--model", opts.model] if opts.model else [])
+
+
 def run_one(name: str, nodes: int, compression: str, opts: ScalingOptions,
             workdir: Path) -> dict[str, Any]:
+    """One job on ``nodes`` namespaced nodes, each one core."""
     from cpuft.cli.launch_flags import build_launch
     from cpuft.launch.netns import namespace_cluster
     from cpuft.launch.run import run_job
 
     cores = read_topology().first_thread_per_core()
     out = workdir / name
-    train = ["--max-steps", str(opts.steps), "--batch-size", str(opts.global_batch // nodes),
-             "--grad-compression", compression, "--output-dir", str(out), "--no-progress",
-             "--log-steps", str(opts.steps), "--overwrite",
-             "--max-seq-length", str(opts.max_seq_length)]
-    if opts.model:
-        train += ["--model", opts.model]
+    train = _train_args(opts, opts.global_batch // nodes, compression, out)
     with namespace_cluster(nodes, rate=opts.rate) as cluster:
         hostfile = workdir / f"{name}.hosts"
         hostfile.write_text("".join(f"{h}\n" for h in cluster.hosts))
@@ -67,10 +77,51 @@ def run_one(name: str, nodes: int, compression: str, opts: ScalingOptions,
         code = run_job(cfg)
     if code != 0:
         raise CpuftError(f"scaling run {name} failed (exit code {code})")
-    summary = json.loads((out / "summary.json").read_text())
+    return _result(nodes, compression, json.loads((out / "summary.json").read_text()))
+
+
+def run_independent(opts: ScalingOptions, workdir: Path) -> dict[str, Any]:
+    """Two 1-node jobs at once, on the 2-node run's cores and per-node batch, that never talk.
+
+    What they reach together is all that this machine can give 2 nodes: sharing its caches and
+    memory bandwidth (and any core slower than the other) costs speed without any network.
+    """
+    from cpuft.cli.launch_flags import build_launch
+    from cpuft.launch.netns import namespace_cluster
+    from cpuft.launch.run import run_job
+
+    cores = read_topology().first_thread_per_core()
+    outs = [workdir / f"independent-{i}" for i in range(2)]
+    with namespace_cluster(2, rate=opts.rate) as cluster:
+        cfgs = []
+        for i, host in enumerate(cluster.hosts):
+            hostfile = workdir / f"independent-{i}.hosts"
+            hostfile.write_text(f"{host}\n")
+            cfg = build_launch(_launch_args(hostfile, opts.port + i),
+                               _train_args(opts, opts.global_batch // 2, "none", outs[i]))
+            cfg.host_env[host].update({"CPUFT_RANK_CORES": str(cores[i % len(cores)]),
+                                       "OMP_NUM_THREADS": "1"})
+            cfgs.append(cfg)
+        code = run_job(cfgs[0], alongside=tuple(cfgs[1:]))
+    if code != 0:
+        raise CpuftError(f"scaling run 2-nodes-independent failed (exit code {code})")
+    parts = [_result(1, "none", json.loads((o / "summary.json").read_text())) for o in outs]
+    return {
+        "nodes": 2,
+        "grad_compression": "none",
+        "accuracy": None,
+        "samples_per_second": sum(p["samples_per_second"] for p in parts),
+        "comm_fraction": 0.0,
+        "seconds_per_step": max(p["seconds_per_step"] for p in parts),
+        "per_node_samples_per_second": [p["samples_per_second"] for p in parts],
+    }
+
+
+def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "nodes": nodes,
         "grad_compression": compression,
+        "accuracy": summary["eval"].get("accuracy"),
         "samples_per_second": summary["train_samples_per_second"],
         "comm_fraction": summary["step_time_split"]["comm_wait_fraction"],
         "seconds_per_step": summary["step_time_split"]["seconds_per_step"],
@@ -82,20 +133,32 @@ def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dic
         raise CpuftError("--global-batch must be even (it is split over 2 nodes)")
     configs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="cpuft-scaling-") as tmp:
-        for name, nodes, compression in RUNS:
+        for name, nodes, compression in runs(opts.compressions):
             say(f"scaling: {name} ({opts.steps} steps of {opts.global_batch}, links {opts.rate})")
             configs[name] = run_one(name, nodes, compression, opts, Path(tmp))
             say(f"    {configs[name]['samples_per_second']:.1f} samples/s, comm "
                 f"{configs[name]['comm_fraction']:.1%} of a step")
+        say(f"scaling: 2 independent 1-node jobs at once, batch {opts.global_batch // 2} each "
+            "(no communication: what this machine allows 2 nodes)")
+        configs["2-nodes-independent"] = run_independent(opts, Path(tmp))
+        say(f"    {configs['2-nodes-independent']['samples_per_second']:.1f} samples/s together")
     one = configs["1-node"]["samples_per_second"]
-    return {
+    independent = configs["2-nodes-independent"]["samples_per_second"]
+    report: dict[str, Any] = {
         "rate": opts.rate,
         "global_batch": opts.global_batch,
         "steps": opts.steps,
         "configs": configs,
         "scaling_efficiency": configs["2-nodes"]["samples_per_second"] / (2 * one),
-        "scaling_efficiency_bf16": configs["2-nodes-bf16"]["samples_per_second"] / (2 * one),
         "comm_fraction": configs["2-nodes"]["comm_fraction"],
-        "comm_fraction_bf16": configs["2-nodes-bf16"]["comm_fraction"],
         "target_efficiency": TARGET_EFFICIENCY,
+        # scaling_efficiency = machine_ceiling x communication_efficiency
+        "machine_ceiling": independent / (2 * one),
+        "communication_efficiency": configs["2-nodes"]["samples_per_second"] / independent,
     }
+    for name, nodes, compression in runs(opts.compressions):
+        if nodes == 2 and compression != "none":
+            report[f"scaling_efficiency_{compression}"] = \
+                configs[name]["samples_per_second"] / (2 * one)
+            report[f"comm_fraction_{compression}"] = configs[name]["comm_fraction"]
+    return report

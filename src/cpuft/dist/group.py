@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cpuft.dist.env import RankInfo, rank_info
+from cpuft.dist.powersgd import PowerSGD
 from cpuft.errors import CpuftError
 
 
@@ -50,6 +51,29 @@ class DistContext:
     backend: str
     nodes: int
     timer: CommTimer = field(default_factory=CommTimer)
+    sparse_params: list[torch.Tensor] = field(default_factory=list)
+    """Parameters with sparse gradients: DDP leaves them out, reduce_sparse_grads sums them."""
+    powersgd: PowerSGD | None = None
+    """The compression hook, with --grad-compression powersgd."""
+
+    def take_hook_seconds(self) -> float:
+        """Seconds spent in blocking communication hooks since the last call."""
+        return self.powersgd.take_seconds() if self.powersgd else 0.0
+
+    def reduce_sparse_grads(self) -> float:
+        """Average the sparse gradients over ranks (only the rows used are sent); seconds taken.
+
+        DDP reduces dense buckets; a word embedding's sparse gradient would go whole.
+        """
+        started = time.perf_counter()
+        world = self.info.world_size
+        for p in self.sparse_params:
+            if p.grad is None:
+                raise CpuftError("a parameter with a sparse gradient got none this step")
+            grad = p.grad.coalesce()
+            dist.all_reduce(grad)
+            p.grad = grad.coalesce() / world
+        return time.perf_counter() - started
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
         t = torch.tensor(values, dtype=torch.float64)
@@ -128,11 +152,26 @@ def _timed_hook(timer: CommTimer, compress: bool) -> Any:
 
 def wrap_model(model: nn.Module, ctx: DistContext, *, bucket_cap_mb: float,
                grad_compression: str) -> nn.Module:
-    """DDP with a hook that times communication and, with 'bf16', halves what is sent."""
+    """DDP with a hook that times communication and, with 'bf16', halves what is sent, or with
+    'powersgd' sends low-rank factors of each gradient matrix (cpuft.dist.powersgd)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if grad_compression not in ("none", "bf16"):
-        raise CpuftError(f"unknown --grad-compression {grad_compression!r}: use none or bf16")
-    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
-    ddp.register_comm_hook(None, _timed_hook(ctx.timer, grad_compression == "bf16"))
+    if grad_compression not in ("none", "bf16", "powersgd"):
+        raise CpuftError(f"unknown --grad-compression {grad_compression!r}: use none, bf16 or "
+                         "powersgd")
+    sparse: dict[str, torch.Tensor] = {f"{name}.weight" if name else "weight": m.weight
+              for name, m in model.named_modules()
+              if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad}
+    if sparse:
+        DDP._set_params_and_buffers_to_ignore_for_model(model, list(sparse))
+        for p in sparse.values():  # DDP broadcasts rank 0's weights, but not ignored ones
+            dist.broadcast(p.data, src=0)
+        ctx.sparse_params = list(sparse.values())
+    # Gradients as views into DDP's buckets: no copy of every gradient in and out per step.
+    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=True)
+    if grad_compression == "powersgd":
+        ctx.powersgd = PowerSGD()
+        ddp.register_comm_hook(None, ctx.powersgd.hook)
+    else:
+        ddp.register_comm_hook(None, _timed_hook(ctx.timer, grad_compression == "bf16"))
     return ddp

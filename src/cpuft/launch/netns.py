@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +50,13 @@ def namespace_cluster(n: int, subnet: int = 231, rate: str | None = None) -> Ite
     switch = f"cpft-sw{tag}"
     hosts = [f"cpft-h{i}-{tag}" for i in range(1, n + 1)]
     made: list[str] = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM would end Python without running the clean-up below.
+        def stop(signum: int, _frame: object) -> None:
+            raise CpuftError("stopped by SIGTERM; the namespaced hosts were removed")
+
+        previous = signal.signal(signal.SIGTERM, stop)
     try:
         for ns in (switch, *hosts):
             _ip("netns", "add", ns)
@@ -74,3 +83,5 @@ def namespace_cluster(n: int, subnet: int = 231, rate: str | None = None) -> Ite
     finally:
         for ns in reversed(made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

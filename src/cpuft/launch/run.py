@@ -145,24 +145,31 @@ def _signal_all(procs: list[_Proc], sig: int) -> None:
                 os.killpg(p.popen.pid, sig)
 
 
-def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
+def _commands(cfg: LaunchConfig, base_env: dict[str, str]
+              ) -> list[tuple[str, list[str], dict[str, str]]]:
+    if cfg.launcher == "local":
+        argv, env = local_command(cfg)
+        return [(cfg.hosts[0].name, argv, {**base_env, **env})]
+    if cfg.launcher in ("ssh", "direct"):
+        build = ssh_commands if cfg.launcher == "ssh" else direct_commands
+        return [(host, argv, base_env) for host, argv in build(cfg)]
+    if cfg.launcher == "mpirun":
+        argv, env = mpirun_command(cfg)
+        return [("mpirun", argv, {**base_env, **env})]
+    raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh or mpirun")
+
+
+def run_job(cfg: LaunchConfig, capture: list[str] | None = None,
+            alongside: tuple[LaunchConfig, ...] = ()) -> int:
     """Start every process of the job and wait; the first failure stops all the others.
 
-    Output is streamed with a host prefix; ``capture`` also receives every raw line.
+    Output is streamed with a host prefix; ``capture`` also receives every raw line. Jobs in
+    ``alongside`` run at the same time, supervised as one (``cpuft bench --scaling`` runs
+    independent nodes side by side this way).
     """
     lock = threading.Lock()
     base_env = dict(os.environ)
-    if cfg.launcher == "local":
-        argv, env = local_command(cfg)
-        commands = [(cfg.hosts[0].name, argv, {**base_env, **env})]
-    elif cfg.launcher in ("ssh", "direct"):
-        build = ssh_commands if cfg.launcher == "ssh" else direct_commands
-        commands = [(host, argv, base_env) for host, argv in build(cfg)]
-    elif cfg.launcher == "mpirun":
-        argv, env = mpirun_command(cfg)
-        commands = [("mpirun", argv, {**base_env, **env})]
-    else:
-        raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh or mpirun")
+    commands = [c for job in (cfg, *alongside) for c in _commands(job, base_env)]
     failures: list[Failure] = []
     procs = [_start(host, argv, env, lock, failures, capture) for host, argv, env in commands]
     stopped_by: list[int] = []

@@ -25,12 +25,29 @@ def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
     return words.view(torch.int16)[:n].view(shape) >= threshold
 
 
+class _ScaledMask(torch.autograd.Function):
+    """x * mask, the mask already in x's dtype and scaled by 1/(1-p): one pass forward and one
+    backward, where ``x * bool_mask * scale`` converts the mask and scales in separate passes
+    both ways."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
+        mask = keep_mask(x.shape, p).to(x.dtype).mul_(1.0 / (1.0 - p))
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
 def fast_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if not training or p == 0.0:
         return x
     if p >= 1.0:
         return x * 0.0
-    return x * keep_mask(x.shape, p) * (1.0 / (1.0 - p))
+    return _ScaledMask.apply(x, p)
 
 
 class FastDropout(nn.Dropout):

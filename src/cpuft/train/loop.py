@@ -22,7 +22,7 @@ from torch import nn
 from cpuft.dist.group import DistContext
 from cpuft.errors import CpuftError
 from cpuft.metrics import MetricLogger
-from cpuft.optim import build_optimizer, constant_schedule, linear_schedule
+from cpuft.optim import build_optimizer, clip_grad_norm, constant_schedule, linear_schedule
 from cpuft.train.checkpoint import load_checkpoint, save_checkpoint
 
 Batch = dict[str, torch.Tensor]
@@ -236,6 +236,10 @@ def fit(
                         if dist is not None and sync and dist.timer.last_hook:
                             result.comm_wait_seconds += time.perf_counter() - dist.timer.last_hook
                             dist.timer.last_hook = 0.0
+                        if dist is not None and sync:
+                            result.comm_wait_seconds += dist.take_hook_seconds()
+                            if dist.sparse_params:
+                                result.comm_wait_seconds += dist.reduce_sparse_grads()
                         step_loss += float(loss.detach()) / group
                         samples, tokens = _batch_counts(batch)
                         window["samples"] += samples
@@ -243,7 +247,7 @@ def fit(
                         result.samples += samples
                         result.tokens += tokens
                     if config.max_grad_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                        clip_grad_norm(model.parameters(), config.max_grad_norm)
                     optimizer.step()
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)

@@ -98,6 +98,29 @@ def apply_model_speedups(model: Any, plan: SpeedPlan) -> None:
                                  "pass --attention auto") from None
             plan.attention_reason = f"the model has no switchable attention: {attention} not used"
     plan.attention = str(getattr(model.config, "_attn_implementation", None) or "default")
+    if plan.sparse_embeddings:
+        why_not = make_embeddings_sparse(model)
+        if why_not:
+            plan.sparse_embeddings, plan.sparse_embeddings_reason = False, why_not
+
+
+def make_embeddings_sparse(model: Any) -> str:
+    """Have the word embedding give sparse gradients; the reason it cannot, or ''."""
+    from torch import nn
+
+    get_input = getattr(model, "get_input_embeddings", None)
+    embedding = get_input() if get_input else None
+    if not isinstance(embedding, nn.Embedding):
+        return "the model has no nn.Embedding word embedding"
+    get_output = getattr(model, "get_output_embeddings", None)
+    output = get_output() if get_output else None
+    if output is not None and getattr(output, "weight", None) is embedding.weight:
+        # Tied to the output layer, the weight's gradient is dense anyway.
+        return "the word embedding is tied to the output layer"
+    if embedding.max_norm is not None:
+        return "the word embedding renormalises rows (max_norm)"
+    embedding.sparse = True
+    return ""
 
 
 def load_classifier(name: str, label_map: LabelMap) -> Any:

@@ -1,0 +1,103 @@
+"""Interleaved A/B of cpuft's speed options on MiniLM-L6, in one process.
+
+Each variant is the default model with some ``TrainConfig`` options changed. Every batch is
+trained by every variant in turn, so a machine whose speed drifts slows all of them alike; the
+ratios are of total step times over the same batches (after 5 warm-up batches).
+
+    python benchmarks/step_ab.py                       # the default variants below
+    python benchmarks/step_ab.py --variant fp32:precision=fp32 --batches 40
+
+Run it with the allocator cpuft would preload (LD_PRELOAD=.../libtcmalloc.so.4). The last line
+of stdout is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import torch
+
+from cpuft.config import TrainConfig
+from cpuft.data.batching import Collator, TokenBatches
+from cpuft.data.prepare import encode, load_labelled
+from cpuft.optim import build_optimizer, clip_grad_norm
+from cpuft.speedups import make_plan
+from cpuft.topology import read_topology
+from cpuft.train.loop import autocast_for
+from cpuft.train.model_io import (
+    apply_model_speedups,
+    default_model_path,
+    load_classifier,
+    load_tokenizer,
+)
+from cpuft.train.runtime import apply_plan
+
+DEFAULT_VARIANTS = (
+    "cpuft:",
+    "torch-dropout:fast_dropout=false",
+    "torch-dropout-sdpa:fast_dropout=false,attention=sdpa",
+    "dense-embeddings:sparse_embeddings=false",
+)
+WARMUP = 5
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    name, _, options = text.partition(":")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, options.split(",")):
+        key, _, value = item.partition("=")
+        default = getattr(TrainConfig(), key)
+        overrides[key] = value.lower() in ("1", "true", "on") if isinstance(default, bool) \
+            else type(default)(value)
+    return name, overrides
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", action="append", help="NAME:option=value,...")
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+    variants = dict(parse_variant(v) for v in (args.variant or DEFAULT_VARIANTS))
+
+    data = load_labelled(TrainConfig())
+    path = default_model_path()
+    tokenizer = load_tokenizer(path)
+    train = encode(data.texts["train"], data.labels["train"], tokenizer, 128)
+    apply_plan(make_plan(TrainConfig(), read_topology()), pin_cores=True)
+    models = {}
+    for name, overrides in variants.items():
+        torch.manual_seed(0)
+        model = load_classifier(path, data.label_map).train()
+        plan = make_plan(TrainConfig(**overrides), read_topology())
+        apply_model_speedups(model, plan)
+        optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.01, fused=True)
+        models[name] = (model, optimizer, plan.precision)
+    source = TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id), args.batch_size, 42)
+    batches = [b for _, b in zip(range(args.batches), source.iterate(0), strict=False)]
+    seconds = dict.fromkeys(models, 0.0)
+    for i, batch in enumerate(batches):
+        for name, (model, optimizer, precision) in models.items():
+            started = time.perf_counter()
+            with autocast_for(precision):
+                loss = model(**batch).loss
+            loss.backward()
+            clip_grad_norm(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if i >= WARMUP:
+                seconds[name] += time.perf_counter() - started
+    first = next(iter(seconds))
+    report = {"cpu": read_topology().model_name, "batches": len(batches) - WARMUP,
+              "batch_size": args.batch_size, "seconds": seconds,
+              f"slowdown_vs_{first}": {k: v / seconds[first] for k, v in seconds.items()}}
+    for name, value in seconds.items():
+        print(f"{name:24s} {value:7.2f}s  {value / seconds[first]:.3f}x the time of {first}")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from cpuft.optim import build_optimizer, clip_grad_norm
+
+
+class Tiny(nn.Module):
+    def __init__(self, sparse: bool) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(6, 4, sparse=sparse)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(ids)).pow(2).mean()
+
+
+def train(model: Tiny, batches: list[torch.Tensor], max_norm: float = 0.0) -> None:
+    opt = build_optimizer(model, lr=0.05, weight_decay=0.1, fused=True)
+    for ids in batches:
+        model(ids).backward()
+        if max_norm:
+            clip_grad_norm(model.parameters(), max_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("max_norm", [0.0, 0.01])
+def test_lazy_rows_match_dense_adamw_when_every_row_is_used(max_norm):
+    torch.manual_seed(0)
+    dense = Tiny(sparse=False)
+    sparse = copy.deepcopy(dense)
+    sparse.embed.sparse = True
+    # Every row in every batch, some twice: lazy and dense AdamW then do the same thing.
+    batches = [torch.tensor([[0, 1, 2, 3, 4, 5, 2]]) for _ in range(5)]
+    train(dense, batches, max_norm)
+    train(sparse, batches, max_norm)
+    for a, b in zip(dense.parameters(), sparse.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_rows_a_batch_does_not_use_stay_put():
+    torch.manual_seed(0)
+    model = Tiny(sparse=True)
+    before = model.embed.weight.detach().clone()
+    train(model, [torch.tensor([[0, 1, 1]]), torch.tensor([[1, 0]])])
+    after = model.embed.weight.detach()
+    assert torch.equal(after[2:], before[2:])
+    assert not torch.equal(after[:2], before[:2])
+
+
+def test_clip_counts_a_repeated_row_once():
+    torch.manual_seed(0)
+    dense = Tiny(sparse=False)
+    sparse = copy.deepcopy(dense)
+    sparse.embed.sparse = True
+    ids = torch.tensor([[3, 3, 1]])
+    dense(ids).backward()
+    sparse(ids).backward()
+    expected = torch.nn.utils.clip_grad_norm_(dense.parameters(), 0.01)
+    total = clip_grad_norm(sparse.parameters(), 0.01)
+    torch.testing.assert_close(total, expected)
+    torch.testing.assert_close(sparse.embed.weight.grad.to_dense(), dense.embed.weight.grad)
+
+
+def test_optimizer_state_round_trips():
+    torch.manual_seed(0)
+    model = Tiny(sparse=True)
+    opt = build_optimizer(model, lr=0.05, weight_decay=0.1, fused=True)
+    model(torch.tensor([[0, 2]])).backward()
+    opt.step()
+    again = build_optimizer(model, lr=0.05, weight_decay=0.1, fused=True)
+    again.load_state_dict(opt.state_dict())
+    state = again.state[model.embed.weight]
+    assert float(state["step"]) == 1.0 and state["exp_avg"][2].abs().sum() > 0
+
+
+def test_word_embeddings_go_sparse_unless_tied_to_the_output():
+    from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
+
+    from cpuft.train.model_io import make_embeddings_sparse
+
+    small = dict(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=32)
+    classifier = BertForSequenceClassification(BertConfig(**small))
+    assert make_embeddings_sparse(classifier) == ""
+    assert classifier.get_input_embeddings().sparse
+    masked_lm = BertForMaskedLM(BertConfig(**small))  # decoder weight tied to the embedding
+    assert "tied" in make_embeddings_sparse(masked_lm)
+    assert not masked_lm.get_input_embeddings().sparse
+    assert "no nn.Embedding" in make_embeddings_sparse(nn.Linear(2, 2))
