@@ -23,7 +23,7 @@ import torch
 from cpuft.config import TrainConfig
 from cpuft.data.batching import Collator, TokenBatches
 from cpuft.data.prepare import encode, load_labelled
-from cpuft.optim import build_optimizer, clip_grad_norm
+from cpuft.optim import build_optimizer, clip_step
 from cpuft.speedups import make_plan
 from cpuft.topology import read_topology
 from cpuft.train.loop import autocast_for
@@ -85,8 +85,7 @@ def main() -> None:
             with autocast_for(precision):
                 loss = model(**batch).loss
             loss.backward()
-            clip_grad_norm(model.parameters(), 1.0)
-            optimizer.step()
+            clip_step(optimizer, model.parameters(), 1.0)
             optimizer.zero_grad(set_to_none=True)
             if i >= WARMUP:
                 seconds[name] += time.perf_counter() - started

@@ -96,6 +96,10 @@ class TrainConfig:
         True, "Word-embedding gradients as sparse rows, with a lazy AdamW on them: only the "
         "rows a batch uses are updated (and, across ranks, sent).",
     )
+    first_token_layer: bool = _opt(
+        True, "For classifiers that read only the first token (BERT family), compute the last "
+        "layer for that token alone; the loss and gradients are unchanged.",
+    )
     threads: int = _opt(0, "Intra-op threads; 0 means one per physical core.")
     pin_cores: bool = _opt(True, "Pin the process to one logical CPU per physical core.")
     allocator: str = _opt(

@@ -35,23 +35,44 @@ class AdamW(torch.optim.AdamW):
     """
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> Any:
+    def step(self, closure: Callable[[], float] | None = None,
+             grad_scale: torch.Tensor | None = None) -> Any:
+        """One update; with ``grad_scale`` every gradient counts divided by it.
+
+        That is how gradient clipping is applied (see ``clip_step``): the fused kernel divides
+        each gradient as it reads it, where clipping on its own reads and writes every gradient
+        once more before the step.
+        """
         parked: list[tuple[torch.Tensor, torch.Tensor]] = []
+        dense: list[torch.Tensor] = []
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is not None and p.grad.is_sparse:
-                    self._lazy_step(p, group)
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    self._lazy_step(p, group, grad_scale)
                     parked.append((p, p.grad))
                     p.grad = None  # torch's AdamW refuses sparse gradients and skips None
+                elif not group["fused"]:
+                    dense.append(p.grad)
+        if grad_scale is not None and dense:
+            torch._foreach_div_(dense, grad_scale)
+        # torch's fused AdamW reads the divisor from this attribute (as GradScaler sets it);
+        # its other implementations refuse one.
+        self.grad_scale = grad_scale if self.defaults["fused"] else None
         try:
             return super().step(closure)
         finally:
+            self.grad_scale = None
             for p, grad in parked:
                 p.grad = grad
 
-    def _lazy_step(self, p: torch.Tensor, group: dict[str, Any]) -> None:
+    def _lazy_step(self, p: torch.Tensor, group: dict[str, Any],
+                   grad_scale: torch.Tensor | None) -> None:
         grad = p.grad.coalesce()  # type: ignore[union-attr]
         rows, values = grad.indices()[0], grad.values()
+        if grad_scale is not None:
+            values = values / grad_scale
         state = self.state[p]
         if not state:
             state["step"] = torch.tensor(0.0)
@@ -76,9 +97,9 @@ def build_optimizer(model: nn.Module, *, lr: float, weight_decay: float, fused: 
     return AdamW(param_groups(model, weight_decay), lr=lr, fused=fused or None)
 
 
-def clip_grad_norm(params: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """``torch.nn.utils.clip_grad_norm_`` that also takes sparse gradients (coalesced here, so
-    that a row used twice counts once)."""
+def grad_norm(params: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The total 2-norm of the gradients; sparse ones are coalesced in place first, so that a
+    row used twice counts once."""
     grads: list[torch.Tensor] = []
     for p in params:
         if p.grad is None:
@@ -90,10 +111,15 @@ def clip_grad_norm(params: Iterable[torch.Tensor], max_norm: float) -> torch.Ten
             grads.append(p.grad)
     if not grads:
         return torch.tensor(0.0)
-    total = torch.nn.utils.get_total_norm(grads)
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    torch._foreach_mul_(grads, coef)
-    return total
+    return torch.nn.utils.get_total_norm(grads)
+
+
+def clip_step(optimizer: AdamW, params: Iterable[torch.Tensor], max_norm: float) -> None:
+    """``clip_grad_norm_`` then ``step``, the clipping done by the step (0 clips nothing)."""
+    divisor = None
+    if max_norm > 0:
+        divisor = torch.clamp((grad_norm(params) + 1e-6) / max_norm, min=1.0)
+    optimizer.step(grad_scale=divisor)
 
 
 def linear_schedule(

@@ -59,6 +59,9 @@ class SpeedPlan:
     sparse_embeddings: bool = True
     """Word-embedding gradients as sparse rows with lazy AdamW updates (see cpuft.optim)."""
     sparse_embeddings_reason: str = ""
+    first_token_layer: bool = True
+    """The last layer computed for the first token only (see cpuft.train.first_token)."""
+    first_token_layer_reason: str = ""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -218,4 +221,6 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         fast_dropout=cfg.fast_dropout,
         sparse_embeddings=cfg.sparse_embeddings,
         sparse_embeddings_reason="on by default" if cfg.sparse_embeddings else "requested",
+        first_token_layer=cfg.first_token_layer,
+        first_token_layer_reason="on by default" if cfg.first_token_layer else "requested",
     )

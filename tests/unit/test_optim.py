@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from cpuft.optim import build_optimizer, clip_grad_norm
+from cpuft.optim import build_optimizer, clip_step, grad_norm
 
 
 class Tiny(nn.Module):
@@ -21,9 +21,7 @@ def train(model: Tiny, batches: list[torch.Tensor], max_norm: float = 0.0) -> No
     opt = build_optimizer(model, lr=0.05, weight_decay=0.1, fused=True)
     for ids in batches:
         model(ids).backward()
-        if max_norm:
-            clip_grad_norm(model.parameters(), max_norm)
-        opt.step()
+        clip_step(opt, model.parameters(), max_norm)
         opt.zero_grad(set_to_none=True)
 
 
@@ -59,10 +57,35 @@ def test_clip_counts_a_repeated_row_once():
     ids = torch.tensor([[3, 3, 1]])
     dense(ids).backward()
     sparse(ids).backward()
-    expected = torch.nn.utils.clip_grad_norm_(dense.parameters(), 0.01)
-    total = clip_grad_norm(sparse.parameters(), 0.01)
-    torch.testing.assert_close(total, expected)
+    total = grad_norm(sparse.parameters())
+    torch.testing.assert_close(total, torch.nn.utils.get_total_norm(
+        [p.grad for p in dense.parameters()]))
     torch.testing.assert_close(sparse.embed.weight.grad.to_dense(), dense.embed.weight.grad)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("max_norm", [0.0, 0.05, 100.0])
+def test_clipping_in_the_step_equals_torch_clip_then_adamw(fused, max_norm):
+    torch.manual_seed(0)
+    ours = nn.Sequential(nn.Linear(5, 7), nn.GELU(), nn.Linear(7, 1))
+    ref = copy.deepcopy(ours)
+    opt = build_optimizer(ours, lr=0.05, weight_decay=0.1, fused=fused)
+    ref_opt = torch.optim.AdamW([{"params": [ref[0].weight, ref[2].weight], "weight_decay": 0.1},
+                                 {"params": [ref[0].bias, ref[2].bias], "weight_decay": 0.0}],
+                                lr=0.05)
+    for _ in range(4):
+        x = torch.randn(8, 5)
+        ours(x).pow(2).mean().backward()
+        ref(x).pow(2).mean().backward()
+        clip_step(opt, ours.parameters(), max_norm)
+        if max_norm:
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
+        ref_opt.step()
+        opt.zero_grad(set_to_none=True)
+        ref_opt.zero_grad(set_to_none=True)
+    for a, b in zip(ours.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert opt.grad_scale is None
 
 
 def test_optimizer_state_round_trips():

@@ -22,7 +22,7 @@ from torch import nn
 from cpuft.dist.group import DistContext
 from cpuft.errors import CpuftError
 from cpuft.metrics import MetricLogger
-from cpuft.optim import build_optimizer, clip_grad_norm, constant_schedule, linear_schedule
+from cpuft.optim import build_optimizer, clip_step, constant_schedule, linear_schedule
 from cpuft.train.checkpoint import load_checkpoint, save_checkpoint
 
 Batch = dict[str, torch.Tensor]
@@ -246,9 +246,7 @@ def fit(
                         window["tokens"] += tokens
                         result.samples += samples
                         result.tokens += tokens
-                    if config.max_grad_norm > 0:
-                        clip_grad_norm(model.parameters(), config.max_grad_norm)
-                    optimizer.step()
+                    clip_step(optimizer, model.parameters(), config.max_grad_norm)
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
                     position += group

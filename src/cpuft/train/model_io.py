@@ -12,6 +12,7 @@ from cpuft.data.labels import LabelMap
 from cpuft.errors import CpuftError
 from cpuft.speedups import SpeedPlan
 from cpuft.train.fast_dropout import ATTENTION_NAME, register_attention, swap_dropout
+from cpuft.train.first_token import use_first_token_layer
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 
@@ -102,6 +103,10 @@ def apply_model_speedups(model: Any, plan: SpeedPlan) -> None:
         why_not = make_embeddings_sparse(model)
         if why_not:
             plan.sparse_embeddings, plan.sparse_embeddings_reason = False, why_not
+    if plan.first_token_layer:
+        why_not = use_first_token_layer(model)
+        if why_not:
+            plan.first_token_layer, plan.first_token_layer_reason = False, why_not
 
 
 def make_embeddings_sparse(model: Any) -> str:
