@@ -48,6 +48,8 @@ def test_outputs_and_summary(tiny_model, data_file, tmp_path):
                 "train_seconds", "train_samples_per_second", "eval", "versions"):
         assert key in summary
     assert summary["precision"] == "fp32" and summary["speedups"]["fused_optimizer"] is False
+    assert summary["speedups"]["first_token_layer"] is True  # a BERT classifier
+    assert summary["steady_samples_per_second"] > 0
     assert 0.0 <= summary["eval"]["accuracy"] <= 1.0
     assert summary["world_size"] == 1 and summary["steps"] == 4
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()

@@ -2,7 +2,8 @@
 
 Nodes are network namespaces on this machine, each pinned to its own core with one thread, their
 links shaped to ``rate`` with tc; the job is started exactly as on a cluster (``cpuft launch``
-through ``ip netns exec {host}``). Needs root.
+through ``ip netns exec {host}``). Speeds are each run's samples/s after its first tenth of
+steps (``steady_samples_per_second``). Needs root.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, 
         "nodes": nodes,
         "grad_compression": compression,
         "accuracy": summary["eval"].get("accuracy"),
-        "samples_per_second": summary["train_samples_per_second"],
+        "samples_per_second": summary["steady_samples_per_second"],
         "comm_fraction": summary["step_time_split"]["comm_wait_fraction"],
         "seconds_per_step": summary["step_time_split"]["seconds_per_step"],
     }

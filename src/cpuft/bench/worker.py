@@ -21,6 +21,7 @@ from cpuft.bench.spec import RunSpec
 from cpuft.config import TrainConfig
 from cpuft.data.batching import Collator, TokenBatches
 from cpuft.data.prepare import Encoded, encode, load_labelled
+from cpuft.metrics.pace import steady_seconds, warmup_steps
 from cpuft.speedups import make_plan
 from cpuft.topology import read_topology
 from cpuft.train.evaluate import evaluate
@@ -76,16 +77,6 @@ def flops_per_sample(model: Any, mean_tokens: float) -> float:
     cfg = model.config
     attention = 12 * cfg.num_hidden_layers * cfg.hidden_size * mean_tokens**2
     return float(6 * params * mean_tokens + attention)
-
-
-def warmup_steps(steps: int) -> int:
-    """Steps left out of the measured pace: the first ones build kernels for new shapes."""
-    return min(max(1, steps // 10), steps - 1)
-
-
-def steady_seconds(step_seconds: list[float]) -> float:
-    """Time of the steps after warm-up, the same cut for every configuration."""
-    return sum(step_seconds[warmup_steps(len(step_seconds)):])
 
 
 def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,

@@ -20,6 +20,7 @@ from cpuft.data.prepare import encode, load_labelled
 from cpuft.dist.group import DistContext
 from cpuft.errors import CpuftError
 from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
+from cpuft.metrics.pace import steady_rate
 from cpuft.speedups import SpeedPlan, choose_compile
 from cpuft.train.checkpoint import latest_checkpoint
 from cpuft.train.evaluate import evaluate
@@ -194,6 +195,9 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
         "train_seconds": round(result.train_seconds, 3),
         "train_samples_per_second": round(samples / result.train_seconds, 3),
         "train_tokens_per_second": round(tokens / result.train_seconds, 1),
+        # after the first tenth of the steps, as `cpuft bench` measures
+        "steady_samples_per_second": round(
+            steady_rate(result.step_seconds, samples / max(1, len(result.step_seconds))), 3),
         "step_time_split": {
             "seconds_per_step": round(result.train_seconds / max(1, len(result.step_seconds)), 5),
             "comm_wait_fraction": round(comm_wait / result.train_seconds, 4),
