@@ -81,41 +81,21 @@ def run_one(name: str, nodes: int, compression: str, opts: ScalingOptions,
     return _result(nodes, compression, json.loads((out / "summary.json").read_text()))
 
 
-def run_independent(opts: ScalingOptions, workdir: Path) -> dict[str, Any]:
-    """Two 1-node jobs at once, on the 2-node run's cores and per-node batch, that never talk.
+def run_halves(opts: ScalingOptions) -> dict[str, Any]:
+    """The 2-node ceiling on this machine: one core trains the 2-node run's global batches whole
+    and as the halves its 2 nodes get, the same samples both ways (see cpuft.bench.halves)."""
+    from cpuft.bench.halves import HalvesSpec
+    from cpuft.config import TrainConfig
+    from cpuft.launch.workers import run_worker
+    from cpuft.speedups import allocator_env, make_plan
 
-    What they reach together is all that this machine can give 2 nodes: sharing its caches and
-    memory bandwidth (and any core slower than the other) costs speed without any network.
-    """
-    from cpuft.cli.launch_flags import build_launch
-    from cpuft.launch.netns import namespace_cluster
-    from cpuft.launch.run import run_job
-
-    cores = read_topology().first_thread_per_core()
-    outs = [workdir / f"independent-{i}" for i in range(2)]
-    with namespace_cluster(2, rate=opts.rate) as cluster:
-        cfgs = []
-        for i, host in enumerate(cluster.hosts):
-            hostfile = workdir / f"independent-{i}.hosts"
-            hostfile.write_text(f"{host}\n")
-            cfg = build_launch(_launch_args(hostfile, opts.port + i),
-                               _train_args(opts, opts.global_batch // 2, "none", outs[i]))
-            cfg.host_env[host].update({"CPUFT_RANK_CORES": str(cores[i % len(cores)]),
-                                       "OMP_NUM_THREADS": "1"})
-            cfgs.append(cfg)
-        code = run_job(cfgs[0], alongside=tuple(cfgs[1:]))
-    if code != 0:
-        raise CpuftError(f"scaling run 2-nodes-independent failed (exit code {code})")
-    parts = [_result(1, "none", json.loads((o / "summary.json").read_text())) for o in outs]
-    return {
-        "nodes": 2,
-        "grad_compression": "none",
-        "accuracy": None,
-        "samples_per_second": sum(p["samples_per_second"] for p in parts),
-        "comm_fraction": 0.0,
-        "seconds_per_step": max(p["seconds_per_step"] for p in parts),
-        "per_node_samples_per_second": [p["samples_per_second"] for p in parts],
-    }
+    spec = HalvesSpec(model=opts.model, global_batch=opts.global_batch,
+                      batches=max(opts.steps, 4), core=read_topology().first_thread_per_core()[0],
+                      max_seq_length=opts.max_seq_length)
+    env = allocator_env(make_plan(TrainConfig(), read_topology())) | {"OMP_NUM_THREADS": "1"}
+    stdout = run_worker("cpuft.bench.halves", [spec.to_json()], env)
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return result
 
 
 def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +104,7 @@ def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, 
         "grad_compression": compression,
         "accuracy": summary["eval"].get("accuracy"),
         "samples_per_second": summary["steady_samples_per_second"],
+        "tokens_per_second": summary["steady_tokens_per_second"],
         "comm_fraction": summary["step_time_split"]["comm_wait_fraction"],
         "seconds_per_step": summary["step_time_split"]["seconds_per_step"],
     }
@@ -139,23 +120,25 @@ def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dic
             configs[name] = run_one(name, nodes, compression, opts, Path(tmp))
             say(f"    {configs[name]['samples_per_second']:.1f} samples/s, comm "
                 f"{configs[name]['comm_fraction']:.1%} of a step")
-        say(f"scaling: 2 independent 1-node jobs at once, batch {opts.global_batch // 2} each "
-            "(no communication: what this machine allows 2 nodes)")
-        configs["2-nodes-independent"] = run_independent(opts, Path(tmp))
-        say(f"    {configs['2-nodes-independent']['samples_per_second']:.1f} samples/s together")
+        say(f"scaling: one core trains {max(opts.steps, 4)} global batches of "
+            f"{opts.global_batch} whole, then as the 2 nodes' halves (the same samples)")
+        halves = run_halves(opts)
+        say(f"    halves take {1 / halves['ceiling']:.3f}x the time: at most "
+            f"{halves['ceiling']:.1%} for 2 nodes here")
     one = configs["1-node"]["samples_per_second"]
-    independent = configs["2-nodes-independent"]["samples_per_second"]
+    efficiency = configs["2-nodes"]["samples_per_second"] / (2 * one)
     report: dict[str, Any] = {
         "rate": opts.rate,
         "global_batch": opts.global_batch,
         "steps": opts.steps,
         "configs": configs,
-        "scaling_efficiency": configs["2-nodes"]["samples_per_second"] / (2 * one),
+        "scaling_efficiency": efficiency,
         "comm_fraction": configs["2-nodes"]["comm_fraction"],
         "target_efficiency": TARGET_EFFICIENCY,
         # scaling_efficiency = machine_ceiling x communication_efficiency
-        "machine_ceiling": independent / (2 * one),
-        "communication_efficiency": configs["2-nodes"]["samples_per_second"] / independent,
+        "machine_ceiling": halves["ceiling"],
+        "communication_efficiency": efficiency / halves["ceiling"],
+        "batch_halves": halves,
     }
     for name, nodes, compression in runs(opts.compressions):
         if nodes == 2 and compression != "none":

@@ -70,8 +70,8 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
     print(f"2-node scaling efficiency {report['scaling_efficiency']:.1%}, communication "
           f"{report['comm_fraction']:.1%} of a step (target {report['target_efficiency']:.0%}: "
           f"{ok}){others}")
-    print(f"of which: this machine gives 2 nodes that never communicate "
-          f"{report['machine_ceiling']:.1%} of 2x one node; cpuft's 2-node run reaches "
+    print(f"of which: halving the batch leaves 2 nodes at most {report['machine_ceiling']:.1%} "
+          f"here (one core, the same samples whole and halved); cpuft's 2-node run reaches "
           f"{report['communication_efficiency']:.1%} of that")
     print(json.dumps(report))
     return 0

@@ -159,17 +159,14 @@ def _commands(cfg: LaunchConfig, base_env: dict[str, str]
     raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh or mpirun")
 
 
-def run_job(cfg: LaunchConfig, capture: list[str] | None = None,
-            alongside: tuple[LaunchConfig, ...] = ()) -> int:
+def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
     """Start every process of the job and wait; the first failure stops all the others.
 
-    Output is streamed with a host prefix; ``capture`` also receives every raw line. Jobs in
-    ``alongside`` run at the same time, supervised as one (``cpuft bench --scaling`` runs
-    independent nodes side by side this way).
+    Output is streamed with a host prefix; ``capture`` also receives every raw line.
     """
     lock = threading.Lock()
     base_env = dict(os.environ)
-    commands = [c for job in (cfg, *alongside) for c in _commands(job, base_env)]
+    commands = _commands(cfg, base_env)
     failures: list[Failure] = []
     procs = [_start(host, argv, env, lock, failures, capture) for host, argv, env in commands]
     stopped_by: list[int] = []

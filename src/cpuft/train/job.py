@@ -198,6 +198,8 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
         # after the first tenth of the steps, as `cpuft bench` measures
         "steady_samples_per_second": round(
             steady_rate(result.step_seconds, samples / max(1, len(result.step_seconds))), 3),
+        "steady_tokens_per_second": round(
+            steady_rate(result.step_seconds, tokens / max(1, len(result.step_seconds))), 3),
         "step_time_split": {
             "seconds_per_step": round(result.train_seconds / max(1, len(result.step_seconds)), 5),
             "comm_wait_fraction": round(comm_wait / result.train_seconds, 4),

@@ -1,0 +1,88 @@
+"""What halving the batch costs one core: the ceiling of 2-node data parallelism here.
+
+On 2 nodes each trains half of every global batch. This worker trains the same samples both
+ways on one core and one thread, in turns: each global batch once whole, then as the two halves
+the 2 ranks would get (``cpuft.data.batching.shard``). The ratio of the times is the most 2
+nodes can reach with free communication and nothing shared between them.
+
+    python -m cpuft.bench.halves '{"global_batch": 32}'    # prints one JSON document
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+WARMUP = 3
+
+
+@dataclass(kw_only=True, slots=True)
+class HalvesSpec:
+    model: str = ""
+    """A model folder; empty means the default model."""
+    global_batch: int = 32
+    batches: int = 33
+    """Global batches to train both ways (the first few are warm-up)."""
+    core: int = 0
+    max_seq_length: int = 128
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def measure(spec: HalvesSpec) -> dict[str, Any]:
+    import torch
+
+    from cpuft.config import TrainConfig
+    from cpuft.data.batching import Collator, epoch_batches, shard
+    from cpuft.data.prepare import encode, load_labelled
+    from cpuft.optim import build_optimizer, clip_step
+    from cpuft.speedups import make_plan
+    from cpuft.topology import read_topology
+    from cpuft.train.model_io import (
+        apply_model_speedups,
+        load_classifier,
+        load_tokenizer,
+        resolve_model,
+    )
+
+    os.sched_setaffinity(0, {spec.core})
+    torch.set_num_threads(1)
+    data = load_labelled(TrainConfig())
+    path = resolve_model(spec.model)
+    tokenizer = load_tokenizer(path)
+    train = encode(data.texts["train"], data.labels["train"], tokenizer, spec.max_seq_length)
+    torch.manual_seed(0)
+    model = load_classifier(path, data.label_map).train()
+    apply_model_speedups(model, make_plan(TrainConfig(), read_topology()))
+    optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.01, fused=True)
+    collate = Collator(pad_id=tokenizer.pad_token_id)
+    plan = epoch_batches(train.lengths, spec.global_batch, seed=42, epoch=0)[: spec.batches]
+
+    def step(batch: dict[str, torch.Tensor]) -> float:
+        started = time.perf_counter()
+        model(**batch).loss.backward()
+        clip_step(optimizer, model.parameters(), 1.0)
+        optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - started
+
+    whole = halves = 0.0
+    for i, indices in enumerate(plan):
+        a = step(collate(train, indices))
+        b = sum(step(collate(train, shard(indices, r, 2))) for r in range(2))
+        if i >= min(WARMUP, len(plan) - 1):
+            whole, halves = whole + a, halves + b
+    return {"global_batch": spec.global_batch, "whole_seconds": whole,
+            "halves_seconds": halves, "ceiling": whole / halves}
+
+
+def main() -> None:
+    print(json.dumps(measure(HalvesSpec(**json.loads(sys.argv[1])))))
+
+
+if __name__ == "__main__":
+    main()
