@@ -7,6 +7,8 @@ from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
+    ElectraConfig,
+    ElectraForSequenceClassification,
     RobertaConfig,
     RobertaForSequenceClassification,
 )
@@ -34,14 +36,16 @@ def loss_and_grads(model: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tens
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa", "cpuft_eager"])
-@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "electra"])
 def test_first_token_layer_gives_the_same_loss_and_gradients(attention, family):
     register_attention()
     torch.manual_seed(0)
     if family == "bert":
         full = BertForSequenceClassification(BertConfig(**SMALL))
-    else:
+    elif family == "roberta":
         full = RobertaForSequenceClassification(RobertaConfig(**SMALL, pad_token_id=1))
+    else:
+        full = ElectraForSequenceClassification(ElectraConfig(**SMALL, embedding_size=32))
     full.set_attn_implementation(attention)
     full.train()
     cut = copy.deepcopy(full)

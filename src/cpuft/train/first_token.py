@@ -45,7 +45,9 @@ def _last_layer(model: nn.Module) -> nn.Module | str:
     needed = (
         all(isinstance(getattr(self_attention, n, None), nn.Linear)
             for n in ("query", "key", "value"))
-        and hasattr(self_attention, "attention_head_size")
+        and all(hasattr(self_attention, n) for n in ("attention_head_size", "scaling", "dropout"))
+        and hasattr(importlib.import_module(type(self_attention).__module__),
+                    "eager_attention_forward")
         and hasattr(attention, "output")
         and hasattr(layer, "feed_forward_chunk")
     )
