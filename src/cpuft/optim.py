@@ -43,6 +43,9 @@ class AdamW(torch.optim.AdamW):
         each gradient as it reads it, where clipping on its own reads and writes every gradient
         once more before the step.
         """
+        # torch's fused AdamW reads the divisor from ``self.grad_scale`` (as GradScaler sets
+        # it); its other implementations refuse one, so their gradients are divided here.
+        fused = bool(self.defaults["fused"])
         parked: list[tuple[torch.Tensor, torch.Tensor]] = []
         dense: list[torch.Tensor] = []
         for group in self.param_groups:
@@ -53,13 +56,11 @@ class AdamW(torch.optim.AdamW):
                     self._lazy_step(p, group, grad_scale)
                     parked.append((p, p.grad))
                     p.grad = None  # torch's AdamW refuses sparse gradients and skips None
-                elif not group["fused"]:
+                elif grad_scale is not None and not fused:
                     dense.append(p.grad)
         if grad_scale is not None and dense:
             torch._foreach_div_(dense, grad_scale)
-        # torch's fused AdamW reads the divisor from this attribute (as GradScaler sets it);
-        # its other implementations refuse one.
-        self.grad_scale = grad_scale if self.defaults["fused"] else None
+        self.grad_scale = grad_scale if fused else None
         try:
             return super().step(closure)
         finally:
