@@ -41,6 +41,8 @@ class SpeedPlan:
     """Intra-op threads per process (physical cores, unless overridden)."""
     cores: list[int] = field(default_factory=list)
     """Logical CPUs the process pins itself to; empty means no pinning."""
+    comm_cores: list[int] = field(default_factory=list)
+    """Logical CPUs for the process group's communication threads (``--comm-cores``)."""
     allocator: str = "system"
     """'tcmalloc', 'jemalloc' or 'system'."""
     allocator_path: str = ""

@@ -55,7 +55,12 @@ def test_two_numa_nodes_per_socket_and_comm_cores():
     assert [p.cores[0] for p in ranks] == [0, 16, 32, 48]
     assert all(p.threads == 15 and len(p.comm_cores) == 1 for p in ranks)
     assert ranks[1].comm_cores == (31,)
-    assert node_env(ranks)["OMP_NUM_THREADS"] == "15"
+    env = node_env(ranks)
+    assert env["OMP_NUM_THREADS"] == "15"
+    assert env["CPUFT_RANK_CORES"].split(";")[1] == "16-30"
+    assert env["CPUFT_COMM_CORES"] == "15;31;47;63"
+    assert cores_for_local_rank(env["CPUFT_COMM_CORES"], 2) == [47]
+    assert "CPUFT_COMM_CORES" not in node_env(plan_node(topo, 4))
 
 
 def test_fixture_two_socket_text_and_uneven_split():

@@ -32,7 +32,7 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
                         "(default: 'ssh -o BatchMode=yes {host} {command}')")
     g.add_argument("--mpi", choices=("openmpi", "intelmpi"), default="openmpi")
     g.add_argument("--comm-cores", type=int, default=0,
-                   help="cores per rank kept free of compute threads for communication")
+                   help="cores per rank taken from compute for gloo's communication threads")
 
 
 def wants_launch(args: argparse.Namespace) -> bool:

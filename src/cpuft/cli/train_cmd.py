@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from cpuft.train.runtime import apply_plan
 
     apply_plan(plan, cfg.pin_cores)
-    ctx = init_distributed(cfg.backend)
+    ctx = init_distributed(cfg.backend, comm_cores=plan.comm_cores)
     try:
         summary = run_train(cfg, plan, dist=ctx)
     finally:

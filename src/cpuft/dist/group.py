@@ -7,6 +7,8 @@ import importlib.util
 import os
 import socket
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,21 +86,43 @@ class DistContext:
         dist.barrier()
 
 
-def init_distributed(backend: str = "auto", timeout_s: float = 120.0) -> DistContext | None:
-    """Join the job's process group when a launcher started this process as one of many."""
+def init_distributed(backend: str = "auto", timeout_s: float = 120.0,
+                     comm_cores: Sequence[int] = ()) -> DistContext | None:
+    """Join the job's process group when a launcher started this process as one of many.
+
+    With ``comm_cores``, the threads the backend starts for communication run there, off the
+    cores that compute.
+    """
     info = rank_info(os.environ)
     if not info.distributed:
         return None
     chosen = choose_backend(backend)
     timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(chosen, store=_attempt_store(info, timeout), rank=info.rank,
-                                world_size=info.world_size, timeout=timeout)
+        with threads_started_on(comm_cores):
+            dist.init_process_group(chosen, store=_attempt_store(info, timeout), rank=info.rank,
+                                    world_size=info.world_size, timeout=timeout)
     except (RuntimeError, ValueError) as e:
         raise CpuftError(f"rank {info.rank} could not join the job on {chosen}: {e}") from None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE",
                                                                   info.world_size)))
     return DistContext(info=info, backend=chosen, nodes=max(1, info.world_size // max(local, 1)))
+
+
+@contextmanager
+def threads_started_on(cores: Sequence[int]) -> Iterator[None]:
+    """Threads started in the body run on ``cores``: a new thread inherits the affinity of the
+    thread that starts it, and gloo starts its worker and socket threads in the process group's
+    constructor. The calling thread gets its own cores back afterwards."""
+    if not cores or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    own = os.sched_getaffinity(0)  # pid 0: this thread only
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, own)
 
 
 def _attempt_store(info: RankInfo, timeout: datetime.timedelta) -> dist.Store:

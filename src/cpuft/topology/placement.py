@@ -1,7 +1,8 @@
 """Where each rank of a node runs: its cores, its threads, and the environment that pins it.
 
 A pure planner (no torch, no processes): ``plan_node(topology, nproc, ...)`` gives one
-RankPlacement per local rank. Each rank pins itself at start from ``CPUFT_RANK_CORES``.
+RankPlacement per local rank. Each rank pins itself at start from ``CPUFT_RANK_CORES``, and
+starts its communication threads on its ``CPUFT_COMM_CORES`` (see cpuft.dist.group).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from cpuft.errors import CpuftError
 from cpuft.topology.cpu import Topology
 
 RANK_CORES_ENV = "CPUFT_RANK_CORES"
+COMM_CORES_ENV = "CPUFT_COMM_CORES"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +111,16 @@ def node_env(placements: list[RankPlacement]) -> dict[str, str]:
         "KMP_AFFINITY": "granularity=fine,compact,1,0",
         "KMP_BLOCKTIME": "1",
     }
+    if any(p.comm_cores for p in placements):
+        env[COMM_CORES_ENV] = ";".join(cpu_list(p.comm_cores) for p in placements)
     if len(placements) == 1:
         env["GOMP_CPU_AFFINITY"] = cpu_list(placements[0].cores)
     return env
 
 
-def cores_for_local_rank(value: str, local_rank: int) -> list[int]:
-    """This rank's cores from ``CPUFT_RANK_CORES`` (``'0-3;4-7'``)."""
+def cores_for_local_rank(value: str, local_rank: int, name: str = RANK_CORES_ENV) -> list[int]:
+    """This rank's cores from ``CPUFT_RANK_CORES`` or ``CPUFT_COMM_CORES`` (``'0-3;4-7'``)."""
     groups = value.split(";")
     if local_rank >= len(groups):
-        raise CpuftError(f"{RANK_CORES_ENV} has no cores for local rank {local_rank}")
+        raise CpuftError(f"{name} has no cores for local rank {local_rank}")
     return parse_cpu_list(groups[local_rank])

@@ -10,7 +10,7 @@ import torch
 
 from cpuft.dist.env import rank_info
 from cpuft.speedups import SpeedPlan
-from cpuft.topology.placement import RANK_CORES_ENV, cores_for_local_rank
+from cpuft.topology.placement import COMM_CORES_ENV, RANK_CORES_ENV, cores_for_local_rank
 
 
 def loaded_allocator() -> str:
@@ -31,14 +31,18 @@ def apply_plan(plan: SpeedPlan, pin_cores: bool) -> SpeedPlan:
     """Set threads and affinity; record the allocator actually loaded.
 
     A rank started by ``cpuft launch`` takes its own share of the node's cores from
-    ``CPUFT_RANK_CORES`` (by its local rank) instead of the whole machine's.
+    ``CPUFT_RANK_CORES`` (by its local rank) instead of the whole machine's, and the cores kept
+    for its communication threads from ``CPUFT_COMM_CORES``.
     """
+    local_rank = rank_info(os.environ).local_rank
     if RANK_CORES_ENV in os.environ:
-        local_rank = rank_info(os.environ).local_rank
         plan.cores = cores_for_local_rank(os.environ[RANK_CORES_ENV], local_rank)
         plan.threads = len(plan.cores)
     if pin_cores and plan.cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, plan.cores)
+        if os.environ.get(COMM_CORES_ENV):
+            plan.comm_cores = cores_for_local_rank(os.environ[COMM_CORES_ENV], local_rank,
+                                                   COMM_CORES_ENV)
     else:
         plan.cores = []
     torch.set_num_threads(plan.threads)
