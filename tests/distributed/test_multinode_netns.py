@@ -58,6 +58,9 @@ def test_bench_scaling_reports_efficiency(tmp_path):
         halves["whole_seconds"] / halves["halves_seconds"])
     assert report["scaling_efficiency"] == pytest.approx(
         report["machine_ceiling"] * report["communication_efficiency"])
+    assert report["efficiency_vs_best_one_node"] == pytest.approx(
+        report["scaling_efficiency"] / max(1.0, report["machine_ceiling"]))
+    assert report["target_met"] == (report["efficiency_vs_best_one_node"] >= 0.95)
     assert report["configs"]["2-nodes"]["nodes"] == 2
     assert report["scaling_efficiency"] > 0 and 0 <= report["comm_fraction"] < 1
     assert report["scaling_efficiency_powersgd"] > 0

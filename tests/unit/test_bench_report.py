@@ -78,3 +78,12 @@ def test_rounds_pair_their_runs_and_take_the_median_ratio():
     m = report["models"]["minilm"]
     assert m["speedup_vs_trainer_best"] == pytest.approx(2.0)
     assert m["configs"]["cpuft"]["rounds_samples_per_second"] == [200.0, 60.0, 220.0]
+
+
+def test_scaling_read_against_the_faster_one_node_baseline():
+    from cpuft.bench.scaling import efficiency_vs_best_one_node
+
+    # halves slower than whole batches: the whole-batch 1-node run is the best baseline
+    assert efficiency_vs_best_one_node(0.80, 0.95) == pytest.approx(0.80)
+    # halves 15% faster: 95.4% measured against whole batches is 83% against accumulated halves
+    assert efficiency_vs_best_one_node(0.954, 1.154) == pytest.approx(0.954 / 1.154)

@@ -98,6 +98,14 @@ def run_halves(opts: ScalingOptions) -> dict[str, Any]:
     return result
 
 
+def efficiency_vs_best_one_node(efficiency: float, ceiling: float) -> float:
+    """2-node efficiency against the faster way one node trains a global batch: whole, or as two
+    accumulated halves. Where a core trains the halves faster (``ceiling`` > 1: a big batch's
+    activations spill out of cache) the whole-batch 1-node run is a slow baseline, and the
+    efficiency measured against it overstates what 2 nodes buy."""
+    return efficiency / max(1.0, ceiling)
+
+
 def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "nodes": nodes,
@@ -134,12 +142,14 @@ def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dic
         "configs": configs,
         "scaling_efficiency": efficiency,
         "comm_fraction": configs["2-nodes"]["comm_fraction"],
+        "efficiency_vs_best_one_node": efficiency_vs_best_one_node(efficiency, halves["ceiling"]),
         "target_efficiency": TARGET_EFFICIENCY,
         # scaling_efficiency = machine_ceiling x communication_efficiency
         "machine_ceiling": halves["ceiling"],
         "communication_efficiency": efficiency / halves["ceiling"],
         "batch_halves": halves,
     }
+    report["target_met"] = report["efficiency_vs_best_one_node"] >= TARGET_EFFICIENCY
     for name, nodes, compression in runs(opts.compressions):
         if nodes == 2 and compression != "none":
             report[f"scaling_efficiency_{compression}"] = \

@@ -63,7 +63,7 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "scaling.json").write_text(json.dumps(report, indent=2) + "\n")
-    ok = "met" if report["scaling_efficiency"] >= report["target_efficiency"] else "NOT met"
+    ok = "met" if report["target_met"] else "NOT met"
     others = "".join(f"; {c} gradients {report[f'scaling_efficiency_{c}']:.1%} (comm "
                      f"{report[f'comm_fraction_{c}']:.1%})"
                      for c in compressions if c != "none")
@@ -73,6 +73,10 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
     print(f"of which: halving the batch leaves 2 nodes at most {report['machine_ceiling']:.1%} "
           f"here (one core, the same samples whole and halved); cpuft's 2-node run reaches "
           f"{report['communication_efficiency']:.1%} of that")
+    if report["machine_ceiling"] > 1:
+        print(f"one core trains the halves faster than whole batches of {opts.global_batch}: "
+              f"against 1 node accumulating halves, 2 nodes reach "
+              f"{report['efficiency_vs_best_one_node']:.1%} (the figure the target is read on)")
     print(json.dumps(report))
     return 0
 
