@@ -84,3 +84,32 @@ def test_direct_commands_set_each_rank():
     assert "RANK=1" in second[6] and "WORLD_SIZE=2" in second[6]
     assert second[6].endswith("/venv/bin/python -m cpuft.dist.allreduce_probe")
     assert "RANK=0" in first[6]
+
+
+def launch_args(tmp_path, **kw):
+    import argparse
+
+    base = dict(nproc_per_node="1", hostfile=None, launcher=None, master_addr=None,
+                master_port=29400, max_restarts=0, remote_shell=None, mpi="openmpi",
+                comm_cores=0)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_comm_cores_reach_every_rank_env(tmp_path, monkeypatch, capsys):
+    from cpuft.cli import launch_flags
+    from cpuft.topology import Isa, Topology, parse_lscpu
+
+    four = Topology(cpus=tuple(parse_lscpu("".join(f"{c},{c},0,0\n" for c in range(4)))),
+                    isa=Isa())
+    monkeypatch.setattr("cpuft.topology.read_topology", lambda: four)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("n1\nn2\n")
+    cfg = launch_flags.build_launch(launch_args(tmp_path, nproc_per_node="2", hostfile=str(hosts),
+                                                comm_cores=1), [], check_network=False)
+    assert cfg.env["CPUFT_RANK_CORES"] == "0;2" and cfg.env["CPUFT_COMM_CORES"] == "1;3"
+    assert cfg.env["OMP_NUM_THREADS"] == "1"
+    assert "idle" not in capsys.readouterr().err
+    # one process never communicates: its comm cores would sit idle, and it says so
+    launch_flags.build_launch(launch_args(tmp_path, comm_cores=1), [], check_network=False)
+    assert "--comm-cores 1 with one process" in capsys.readouterr().err

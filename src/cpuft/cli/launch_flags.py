@@ -99,6 +99,9 @@ def build_launch(
     if args.max_restarts < 0:
         raise CpuftError("--max-restarts must be 0 or more")
     placements = plan_node(topo, nproc, comm_cores=args.comm_cores)
+    if args.comm_cores and nproc * len(hosts) == 1:
+        print(f"cpuft: warning: --comm-cores {args.comm_cores} with one process: it does not "
+              "communicate, so those cores stay idle", file=sys.stderr)
     job = uuid.uuid4().hex[:12]
     env = {**forwarded_env(dict(os.environ)), **node_env(placements), "CPUFT_JOB": job}
     env.update(allocator_env(make_plan(TrainConfig(), topo), env))
