@@ -67,6 +67,7 @@ def test_bench_scaling_reports_efficiency(tmp_path):
     assert all(0 <= c["accuracy"] <= 1 for c in report["configs"].values())
     assert report["rate"] == "1gbit"
     assert json.loads((tmp_path / "b" / "scaling.json").read_text()) == report
+    assert (tmp_path / "b" / "scaling.png").stat().st_size > 0
 
 
 def test_a_rank_killed_on_one_host_stops_every_host(tmp_path):

@@ -87,3 +87,17 @@ def test_scaling_read_against_the_faster_one_node_baseline():
     assert efficiency_vs_best_one_node(0.80, 0.95) == pytest.approx(0.80)
     # halves 15% faster: 95.4% measured against whole batches is 83% against accumulated halves
     assert efficiency_vs_best_one_node(0.954, 1.154) == pytest.approx(0.954 / 1.154)
+
+
+def test_scaling_chart(tmp_path):
+    from cpuft.bench.report import scaling_chart
+
+    def run(nodes, speed, comm):
+        return {"nodes": nodes, "samples_per_second": speed, "comm_fraction": comm}
+
+    report = {"configs": {"1-node": run(1, 50.3, 0.0), "2-nodes": run(2, 77.0, 0.078),
+                          "2-nodes-bf16": run(2, 79.0, 0.071)},
+              "machine_ceiling": 0.951, "target_efficiency": 0.95, "global_batch": 32,
+              "rate": "10gbit"}
+    scaling_chart(report, tmp_path / "scaling.png")
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -88,3 +88,44 @@ def bar_chart(report: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def scaling_chart(report: dict[str, Any], path: Path) -> None:
+    """``bench --scaling`` at a glance: each run's samples/s, the 2-node bars split into compute
+    and waiting on communication, against twice the best 1-node speed, the ceiling halving the
+    batch leaves and the target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = report["configs"]
+    names = list(configs)
+    speeds = [configs[n]["samples_per_second"] for n in names]
+    waiting = [s * configs[n]["comm_fraction"] for n, s in zip(names, speeds, strict=True)]
+    computing = [s - w for s, w in zip(speeds, waiting, strict=True)]
+    ceiling = report["machine_ceiling"]
+    # where one core trains the halves faster, 1 node accumulating halves is the baseline
+    best = 2 * configs["1-node"]["samples_per_second"] * max(1.0, ceiling)
+    fig, ax = plt.subplots(figsize=(3.5 + 1.6 * len(names), 4.2))
+    ax.bar(names, computing, color="#e07b39", label="computing")
+    ax.bar(names, waiting, bottom=computing, color="#9e9e9e",
+           label="waiting on communication")
+    for x, (n, s) in enumerate(zip(names, speeds, strict=True)):
+        label = f"{s:.1f}" if configs[n]["nodes"] == 1 else f"{s:.1f}\n{s / best:.1%}"
+        ax.annotate(label, (x, s), ha="center", va="bottom", fontsize=8)
+    lines = [(best, "2x 1 node" + (" accumulating halves" if ceiling > 1 else ""), "-"),
+             (best * report["target_efficiency"],
+              f"target {report['target_efficiency']:.0%}", ":")]
+    if ceiling < 1:
+        lines.insert(1, (best * ceiling, "ceiling: the batch halved", "--"))
+    for y, label, style in lines:
+        ax.axhline(y, color="#5c8ac4", linestyle=style, linewidth=1, label=label)
+    ax.set_ylim(0, best * 1.2)
+    ax.set_ylabel("samples/s (higher is better)")
+    ax.set_title(f"1 node vs 2 nodes, global batch {report['global_batch']}, "
+                 f"links {report['rate']}", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -46,6 +46,7 @@ def register(sub: Any) -> None:
 
 
 def run_scaling_cmd(args: argparse.Namespace) -> int:
+    from cpuft.bench.report import scaling_chart
     from cpuft.bench.scaling import ScalingOptions, run_scaling
     from cpuft.errors import CpuftError
 
@@ -63,6 +64,7 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "scaling.json").write_text(json.dumps(report, indent=2) + "\n")
+    scaling_chart(report, out / "scaling.png")
     ok = "met" if report["target_met"] else "NOT met"
     others = "".join(f"; {c} gradients {report[f'scaling_efficiency_{c}']:.1%} (comm "
                      f"{report[f'comm_fraction_{c}']:.1%})"
@@ -77,6 +79,7 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
         print(f"one core trains the halves faster than whole batches of {opts.global_batch}: "
               f"against 1 node accumulating halves, 2 nodes reach "
               f"{report['efficiency_vs_best_one_node']:.1%} (the figure the target is read on)")
+    print(f"wrote {out / 'scaling.json'}, {out / 'scaling.png'}")
     print(json.dumps(report))
     return 0
 
