@@ -134,6 +134,10 @@ class TrainConfig:
             (0 < self.validation_split < 1, "--validation-split must be in (0, 1)"),
             (self.save_steps >= 0, "--save-steps must be 0 or positive"),
             (self.log_steps > 0, "--log-steps must be positive"),
+            (self.weight_decay >= 0, "--weight-decay must be 0 or positive"),
+            (self.max_grad_norm >= 0, "--max-grad-norm must be 0 (no clipping) or positive"),
+            (self.threads >= 0, "--threads must be 0 (one per physical core) or positive"),
+            (self.bucket_cap_mb > 0, "--bucket-cap-mb must be positive"),
             (len(self.text_columns) <= 2, "--text-columns takes one or two columns"),
         ]
         for ok, message in checks:

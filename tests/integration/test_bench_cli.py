@@ -30,3 +30,19 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
     assert report["matmul_gflops"]["bf16"] > 0 and report["matmul_gflops"]["fp32"] > 0
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
     assert "| configuration |" in (out / "bench.md").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-seq-length", "1"], "--max-seq-length must be at least 2"),
+    (["--rounds", "0"], "--rounds must be at least 1"),
+    (["--models", "minilm,nosuch"], "'nosuch' is neither minilm, bert-base nor a model folder"),
+    (["--scaling", "--rate", "fast"], "--rate 'fast': give a tc rate"),
+    (["--scaling", "--global-batch", "0"], "--global-batch must be even and at least 2"),
+])
+def test_bad_bench_flags_stop_before_any_run(capsys, tmp_path, argv, message):
+    from cpuft.cli.main import main
+
+    code = main(["bench", "--output-dir", str(tmp_path / "b"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "b").exists()

@@ -45,6 +45,10 @@ def test_bad_config_files(tmp_path, text, message):
         parse("--config", str(f))
 
 
-def test_invalid_values_rejected():
-    with pytest.raises(CpuftError, match="batch-size"):
-        parse("--batch-size", "0")
+@pytest.mark.parametrize("flag, value", [
+    ("--batch-size", "0"), ("--weight-decay", "-1"), ("--max-grad-norm", "-1"),
+    ("--threads", "-2"), ("--bucket-cap-mb", "0"),
+])
+def test_invalid_values_rejected(flag, value):
+    with pytest.raises(CpuftError, match=f"{flag} must be"):
+        parse(flag, value)

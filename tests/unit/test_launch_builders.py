@@ -113,3 +113,15 @@ def test_comm_cores_reach_every_rank_env(tmp_path, monkeypatch, capsys):
     # one process never communicates: its comm cores would sit idle, and it says so
     launch_flags.build_launch(launch_args(tmp_path, comm_cores=1), [], check_network=False)
     assert "--comm-cores 1 with one process" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(master_port=70000), "--master-port 70000: a port is 1 to 65535"),
+    (dict(comm_cores=-1), "--comm-cores must be 0 or more"),
+    (dict(max_restarts=-1), "--max-restarts must be 0 or more"),
+])
+def test_bad_launch_numbers_are_refused(tmp_path, flags, message):
+    from cpuft.cli import launch_flags
+
+    with pytest.raises(CpuftError, match=message):
+        launch_flags.build_launch(launch_args(tmp_path, **flags), [], check_network=False)

@@ -61,6 +61,10 @@ def test_two_numa_nodes_per_socket_and_comm_cores():
     assert env["CPUFT_COMM_CORES"] == "15;31;47;63"
     assert cores_for_local_rank(env["CPUFT_COMM_CORES"], 2) == [47]
     assert "CPUFT_COMM_CORES" not in node_env(plan_node(topo, 4))
+    with pytest.raises(CpuftError, match="too few to keep 16"):
+        plan_node(topo, 4, comm_cores=16)
+    with pytest.raises(CpuftError, match="--comm-cores must be 0 or more"):
+        plan_node(topo, 4, comm_cores=-1)
 
 
 def test_fixture_two_socket_text_and_uneven_split():

@@ -134,12 +134,12 @@ def median_run(done: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
+    if opts.rounds < 1:
+        raise CpuftError("--rounds must be at least 1")
     plan = make_plan(TrainConfig(max_seq_length=opts.max_seq_length), read_topology())
     cpuft_env = allocator_env(plan)
     say("measuring matmul FLOP/s (bf16, fp32)")
     matmul = _run(RunSpec(config="matmul", model="-", steps=0, batch_size=0), cpuft_env)
-    if opts.rounds < 1:
-        raise CpuftError("--rounds must be at least 1")
     runs = plan_runs(opts)
     rounds: list[list[dict[str, Any]]] = [[] for _ in runs]
     for round_ in range(opts.rounds):

@@ -119,8 +119,8 @@ def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, 
 
 
 def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
-    if opts.global_batch % 2:
-        raise CpuftError("--global-batch must be even (it is split over 2 nodes)")
+    if opts.global_batch < 2 or opts.global_batch % 2:
+        raise CpuftError("--global-batch must be even and at least 2 (it is split over 2 nodes)")
     configs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="cpuft-scaling-") as tmp:
         for name, nodes, compression in runs(opts.compressions):

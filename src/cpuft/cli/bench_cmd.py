@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +85,31 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    from cpuft.bench.report import bar_chart, markdown, print_table
-    from cpuft.bench.runner import BenchOptions, run_bench
+RATE = re.compile(r"\d+(\.\d+)?([kmgt]?(bit|bps))")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse what cannot run before anything starts (the runs take minutes)."""
+    from cpuft.bench.spec import MODELS
     from cpuft.errors import CpuftError
 
     if args.steps < 0 or args.batch_size < 0:
         raise CpuftError("--steps and --batch-size must be positive")
+    if args.max_seq_length < 2:
+        raise CpuftError("--max-seq-length must be at least 2")
+    for model in filter(None, (m.strip() for m in args.models.split(","))):
+        if model not in MODELS and not Path(model).is_dir():
+            raise CpuftError(f"--models: {model!r} is neither {', '.join(MODELS)} nor a model "
+                             "folder")
+    if args.scaling and not RATE.fullmatch(args.rate.lower()):
+        raise CpuftError(f"--rate {args.rate!r}: give a tc rate such as 10gbit, 800mbit")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cpuft.bench.report import bar_chart, markdown, print_table
+    from cpuft.bench.runner import BenchOptions, run_bench
+
+    check_args(args)
     if args.scaling:
         return run_scaling_cmd(args)
     opts = BenchOptions(

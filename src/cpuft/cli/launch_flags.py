@@ -98,6 +98,8 @@ def build_launch(
                              f"{h.name} in the hostfile")
     if args.max_restarts < 0:
         raise CpuftError("--max-restarts must be 0 or more")
+    if not 0 < args.master_port < 65536:
+        raise CpuftError(f"--master-port {args.master_port}: a port is 1 to 65535")
     placements = plan_node(topo, nproc, comm_cores=args.comm_cores)
     if args.comm_cores and nproc * len(hosts) == 1:
         print(f"cpuft: warning: --comm-cores {args.comm_cores} with one process: it does not "

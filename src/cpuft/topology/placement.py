@@ -42,6 +42,8 @@ def plan_node(topo: Topology, nproc: int, comm_cores: int = 0) -> list[RankPlace
     """
     if nproc < 1:
         raise CpuftError("--nproc-per-node must be at least 1")
+    if comm_cores < 0:
+        raise CpuftError("--comm-cores must be 0 or more")
     nodes = sorted({c.node for c in topo.cpus})
     per_node = [topo.first_thread_per_core(node=n) for n in nodes]
     ordered = [c for cores in per_node for c in cores]
@@ -58,7 +60,8 @@ def plan_node(topo: Topology, nproc: int, comm_cores: int = 0) -> list[RankPlace
     for rank, cores in enumerate(groups):
         if comm_cores and len(cores) <= comm_cores:
             raise CpuftError(
-                f"rank {rank} has {len(cores)} cores: too few to keep {comm_cores} for comms"
+                f"rank {rank} has {len(cores)} core(s): too few to keep {comm_cores} for "
+                "communication and compute on the rest"
             )
         keep = len(cores) - comm_cores
         placements.append(RankPlacement(
