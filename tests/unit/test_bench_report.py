@@ -81,12 +81,13 @@ def test_rounds_pair_their_runs_and_take_the_median_ratio():
 
 
 def test_scaling_read_against_the_faster_one_node_baseline():
-    from cpuft.bench.scaling import efficiency_vs_best_one_node
+    from cpuft.bench.scaling import best_one_node
 
     # halves slower than whole batches: the whole-batch 1-node run is the best baseline
-    assert efficiency_vs_best_one_node(0.80, 0.95) == pytest.approx(0.80)
-    # halves 15% faster: 95.4% measured against whole batches is 83% against accumulated halves
-    assert efficiency_vs_best_one_node(0.954, 1.154) == pytest.approx(0.954 / 1.154)
+    assert best_one_node(50.0, 0.95) == pytest.approx(50.0)
+    # halves 15% faster: the baseline is 1 node accumulating halves, so 95.4% measured against
+    # whole batches is 82.7% against it
+    assert best_one_node(50.0, 1.154) == pytest.approx(50.0 * 1.154)
 
 
 def test_scaling_chart(tmp_path):
@@ -97,7 +98,8 @@ def test_scaling_chart(tmp_path):
 
     report = {"configs": {"1-node": run(1, 50.3, 0.0), "2-nodes": run(2, 77.0, 0.078),
                           "2-nodes-bf16": run(2, 79.0, 0.071)},
-              "machine_ceiling": 0.951, "target_efficiency": 0.95, "global_batch": 32,
+              "machine_ceiling": 0.951, "best_one_node_samples_per_second": 50.3,
+              "target_efficiency": 0.95, "global_batch": 32,
               "rate": "10gbit"}
     scaling_chart(report, tmp_path / "scaling.png")
     assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

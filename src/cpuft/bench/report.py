@@ -105,8 +105,7 @@ def scaling_chart(report: dict[str, Any], path: Path) -> None:
     waiting = [s * configs[n]["comm_fraction"] for n, s in zip(names, speeds, strict=True)]
     computing = [s - w for s, w in zip(speeds, waiting, strict=True)]
     ceiling = report["machine_ceiling"]
-    # where one core trains the halves faster, 1 node accumulating halves is the baseline
-    best = 2 * configs["1-node"]["samples_per_second"] * max(1.0, ceiling)
+    best = 2 * report["best_one_node_samples_per_second"]
     fig, ax = plt.subplots(figsize=(3.5 + 1.6 * len(names), 4.2))
     ax.bar(names, computing, color="#e07b39", label="computing")
     ax.bar(names, waiting, bottom=computing, color="#9e9e9e",
