@@ -38,11 +38,29 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
     (["--models", "minilm,nosuch"], "'nosuch' is neither minilm, bert-base nor a model folder"),
     (["--scaling", "--rate", "fast"], "--rate 'fast': give a tc rate"),
     (["--scaling", "--global-batch", "0"], "--global-batch must be even and at least 2"),
+    (["--output-dir", "{file}/b"], "is a file, not a folder"),
+    (["--output-dir", "/proc/cpuft-bench"], "cannot write in /proc"),
 ])
 def test_bad_bench_flags_stop_before_any_run(capsys, tmp_path, argv, message):
     from cpuft.cli.main import main
 
+    (tmp_path / "f").write_text("")
+    argv = [a.replace("{file}", str(tmp_path / "f")) for a in argv]
     code = main(["bench", "--output-dir", str(tmp_path / "b"), *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "b").exists()
+
+
+def test_a_report_that_cannot_be_saved_is_still_printed(capsys, tmp_path):
+    from cpuft.cli.bench_cmd import finish, save_outputs
+
+    (tmp_path / "f").write_text("")
+    saved = save_outputs(tmp_path / "f" / "out", {"bench.md": lambda p: p.write_text("x")})
+    assert isinstance(saved, str) and "could not write the report" in saved
+    assert finish({"speedup": 1.5}, saved) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == '{"speedup": 1.5}'
+    assert captured.err.startswith("cpuft: could not write the report")
+    saved = save_outputs(tmp_path / "ok", {"bench.md": lambda p: p.write_text("x")})
+    assert saved == [tmp_path / "ok" / "bench.md"] and finish({}, saved) == 0

@@ -112,3 +112,15 @@ def test_ctrl_c_checkpoints_a_whole_step_and_resume_continues(tiny_model, data_f
     assert main(train_args(tiny_model, data_file, out, "--max-steps", str(step + 2),
                            "--resume")) == 0
     assert len(losses(out)) == step + 2
+
+
+def test_sequences_past_the_models_positions_are_cut_to_fit(tiny_model, tmp_path, capsys):
+    # The tiny model has 64 positions; these texts are ~100 tokens.
+    rows = [(" ".join([text] * 12), label) for text, label in sentiment_rows(20, seed=3)]
+    long_file = write_csv(tmp_path / "long.csv", rows)
+    out = tmp_path / "run"
+    assert main(train_args(tiny_model, long_file, out, "--max-steps", "2",
+                           "--max-seq-length", "4096")) == 0
+    assert "--max-seq-length 4096 is longer than this model takes: using 64" in \
+        capsys.readouterr().out
+    assert json.loads((out / "cpuft_run.json").read_text())["config"]["max_seq_length"] == 64

@@ -92,6 +92,18 @@ def test_output_dir_with_another_run(capsys, tiny_model, tmp_path, good_csv):
     assert main([*args, "--overwrite"]) == 0
 
 
+def test_overwrite_keeps_the_old_run_when_the_new_one_fails_its_checks(capsys, tiny_model,
+                                                                       tmp_path, good_csv):
+    out = tmp_path / "o"
+    args = base(tiny_model, out, "--train-file", str(good_csv), "--text-columns", "text")
+    assert main(args) == 0
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    code, err = run_main(capsys, [*args, "--overwrite", "--label-column", "stars"])
+    assert code == 2 and "stars" in err
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
 def test_hub_id_offline(capsys, tmp_path, good_csv):
     out = tmp_path / "o"
     code, err = run_main(capsys, base("someone/some-model", out, "--train-file", str(good_csv),

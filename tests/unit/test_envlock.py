@@ -57,3 +57,11 @@ def test_bootstrap_verification_step_runs_against_this_venv(tmp_path):
     fail = subprocess.run(["sh", "-c", "set -eu\n" + verify_step(bad)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert fail.returncode == 1 and "transformers" in fail.stdout and "4.0.0" in fail.stdout
+
+
+def test_lock_to_a_path_that_cannot_be_written_is_one_line(capsys, tmp_path):
+    from cpuft.cli.main import main
+
+    code = main(["env", "lock", "--output", str(tmp_path / "no" / "such" / "dir" / "lock.json")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("cpuft: --output ") and "cannot write it" in err

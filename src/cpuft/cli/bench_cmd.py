@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +65,10 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
                           compressions=compressions)
     report = run_scaling(opts)
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scaling.json").write_text(json.dumps(report, indent=2) + "\n")
-    scaling_chart(report, out / "scaling.png")
+    saved = save_outputs(out, {
+        "scaling.json": lambda p: p.write_text(json.dumps(report, indent=2) + "\n"),
+        "scaling.png": lambda p: scaling_chart(report, p),
+    })
     ok = "met" if report["target_met"] else "NOT met"
     others = "".join(f"; {c} gradients {report[f'scaling_efficiency_{c}']:.1%} (comm "
                      f"{report[f'comm_fraction_{c}']:.1%})"
@@ -80,9 +83,29 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
         print(f"one core trains the halves faster than whole batches of {opts.global_batch}: "
               f"against 1 node accumulating halves, 2 nodes reach "
               f"{report['efficiency_vs_best_one_node']:.1%} (the figure the target is read on)")
-    print(f"wrote {out / 'scaling.json'}, {out / 'scaling.png'}")
+    return finish(report, saved)
+
+
+def save_outputs(out: Path, writers: dict[str, Callable[[Path], object]]) -> list[Path] | str:
+    """Write each file into ``out``: the paths written, or why they could not be (the report
+    is still printed, so a run of many minutes is not lost to a full disk)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, write in writers.items():
+            write(out / name)
+    except OSError as e:
+        return f"could not write the report into {out}: {e}"
+    return [out / name for name in writers]
+
+
+def finish(report: dict[str, Any], saved: list[Path] | str) -> int:
+    """The closing lines: where the files went (or why not, on stderr); then the JSON line."""
+    if isinstance(saved, str):
+        print(f"cpuft: {saved}; the JSON report is the last line of stdout", file=sys.stderr)
+    else:
+        print("wrote " + ", ".join(str(p) for p in saved))
     print(json.dumps(report))
-    return 0
+    return 1 if isinstance(saved, str) else 0
 
 
 RATE = re.compile(r"\d+(\.\d+)?([kmgt]?(bit|bps))")
@@ -91,6 +114,7 @@ RATE = re.compile(r"\d+(\.\d+)?([kmgt]?(bit|bps))")
 def check_args(args: argparse.Namespace) -> None:
     """Refuse what cannot run before anything starts (the runs take minutes)."""
     from cpuft.bench.spec import MODELS
+    from cpuft.cli.output import check_writable_dir
     from cpuft.errors import CpuftError
 
     if args.steps < 0 or args.batch_size < 0:
@@ -103,6 +127,7 @@ def check_args(args: argparse.Namespace) -> None:
                              "folder")
     if args.scaling and not RATE.fullmatch(args.rate.lower()):
         raise CpuftError(f"--rate {args.rate!r}: give a tc rate such as 10gbit, 800mbit")
+    check_writable_dir(args.output_dir, "--output-dir")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,12 +144,10 @@ def run(args: argparse.Namespace) -> int:
         max_seq_length=args.max_seq_length, rounds=args.rounds,
     )
     report = run_bench(opts)
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.md").write_text(markdown(report))
-    (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
-    bar_chart(report, out / "bench.png")
+    saved = save_outputs(Path(args.output_dir), {
+        "bench.md": lambda p: p.write_text(markdown(report)),
+        "bench.json": lambda p: p.write_text(json.dumps(report, indent=2) + "\n"),
+        "bench.png": lambda p: bar_chart(report, p),
+    })
     print_table(report)
-    print(f"wrote {out / 'bench.md'}, {out / 'bench.png'}, {out / 'bench.json'}")
-    print(json.dumps(report))
-    return 0
+    return finish(report, saved)

@@ -42,12 +42,13 @@ def _load(path: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cpuft.cli.output import write_file
     from cpuft.envlock import bootstrap_script, differences, make_lock
 
     if args.verb == "lock":
         text = json.dumps(make_lock(), indent=2) + "\n"
         if args.output:
-            Path(args.output).write_text(text)
+            write_file(args.output, text, "--output")
             print(f"wrote {args.output} (hash {json.loads(text)['hash']})", file=sys.stderr)
         else:
             sys.stdout.write(text)

@@ -7,7 +7,7 @@ import json
 import math
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,19 @@ from cpuft.train.model_io import (
     load_classifier,
     load_tokenizer,
     resolve_model,
+    sequence_length_limit,
 )
 from cpuft.train.runtime import versions
 
 RUN_MARKER = "cpuft_run.json"
 
 
-def prepare_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
-    """The output dir, ready for this run, and the checkpoint to resume from (if --resume)."""
+def check_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
+    """The output dir and the checkpoint to resume from (if --resume); changes nothing.
+
+    Clearing waits for ``clear_output_dir``, after the data and the model have loaded, so a run
+    that fails its checks leaves the run already there as it was.
+    """
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise CpuftError(f"--output-dir {out} is a file")
@@ -55,9 +60,14 @@ def prepare_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
                 f"--output-dir {out} holds another run: pass --overwrite to replace it, "
                 "or --resume to continue it"
             )
+    return out, None
+
+
+def clear_output_dir(out: Path, resume_from: Path | None) -> None:
+    """Empty the output dir for a new run (``check_output_dir`` allowed it); keep it to resume."""
+    if resume_from is None and out.is_dir():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    return out, None
 
 
 def _trim_metrics(path: Path, last_step: int) -> None:
@@ -90,12 +100,7 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
     """Run the whole job and return the summary (also written to summary.json by rank 0)."""
     main = dist is None or dist.info.is_main
     if main:
-        out, resume_from = prepare_output_dir(cfg)
-    if dist is not None:
-        dist.barrier()  # rank 0 has checked, cleared or found the output dir
-        if not main:
-            out = Path(cfg.output_dir)
-            resume_from = latest_checkpoint(out) if cfg.resume else None
+        out, resume_from = check_output_dir(cfg)
     data = load_labelled(cfg)
     model_name = resolve_model(cfg.model)
     tokenizer = load_tokenizer(model_name)
@@ -104,6 +109,19 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
     apply_model_speedups(model, plan)
     if tokenizer.pad_token_id is None:
         raise CpuftError(f"--model {cfg.model}: the tokenizer has no padding token")
+    limit = sequence_length_limit(model.config, tokenizer)
+    if limit is not None and cfg.max_seq_length > limit:
+        if main:
+            say(f"--max-seq-length {cfg.max_seq_length} is longer than this model takes: "
+                f"using {limit}")
+        cfg = replace(cfg, max_seq_length=limit)
+    if main:
+        clear_output_dir(out, resume_from)
+    if dist is not None:
+        dist.barrier()  # rank 0 has checked, cleared or found the output dir
+        if not main:
+            out = Path(cfg.output_dir)
+            resume_from = latest_checkpoint(out) if cfg.resume else None
     encoded = {
         split: encode(data.texts[split], data.labels[split], tokenizer, cfg.max_seq_length)
         for split in data.texts

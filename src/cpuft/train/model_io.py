@@ -128,6 +128,20 @@ def make_embeddings_sparse(model: Any) -> str:
     return ""
 
 
+def sequence_length_limit(config: Any, tokenizer: Any) -> int | None:
+    """The most tokens a sequence of this model may have, where the model says.
+
+    Past it, the first long batch fails deep in the embedding with a shape error. The
+    tokenizer's ``model_max_length`` counts the usable positions where a model reserves some
+    (RoBERTa and MPNet start after the padding index); a tokenizer that does not know its model
+    says 1e30.
+    """
+    limits = [int(n) for n in (getattr(config, "max_position_embeddings", None),
+                               getattr(tokenizer, "model_max_length", None))
+              if isinstance(n, int | float) and 0 < n < 1e6]
+    return min(limits) if limits else None
+
+
 def load_classifier(name: str, label_map: LabelMap) -> Any:
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
