@@ -124,3 +124,17 @@ def test_sequences_past_the_models_positions_are_cut_to_fit(tiny_model, tmp_path
     assert "--max-seq-length 4096 is longer than this model takes: using 64" in \
         capsys.readouterr().out
     assert json.loads((out / "cpuft_run.json").read_text())["config"]["max_seq_length"] == 64
+
+
+def test_resume_refuses_settings_that_would_make_another_run(tiny_model, data_file, tmp_path,
+                                                             capsys):
+    out = tmp_path / "run"
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "2")) == 0
+    capsys.readouterr()
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "4", "--resume",
+                           "--batch-size", "4", "--seed", "7")) == 2
+    err = capsys.readouterr().err
+    assert "--batch-size was 8, now 4; --seed was 42, now 7" in err
+    assert losses(out) and len(losses(out)) == 2  # the run on disk is untouched
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "4", "--resume",
+                           "--log-steps", "2")) == 0  # steps and logging may change

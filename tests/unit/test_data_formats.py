@@ -85,3 +85,19 @@ def test_glue_layouts(tmp_path, task):
     assert data.texts["train"][0][0] == 'he said "good" 0'  # quotes kept: GLUE TSV has no quoting
     expected_classes = {"stsb": 1, "mnli": 3}.get(task, 2)
     assert data.label_map.num_labels == expected_classes
+
+
+@pytest.mark.parametrize("name, text", [
+    ("blank.csv", "review,y\ngood,pos\nfine,\nbad,neg\n"),
+    ("ints.csv", "review,y\ngood,1\nfine,\nbad,0\n"),
+    ("null.jsonl", '{"review": "good", "y": 1}\n{"review": "fine", "y": null}\n'
+                   '{"review": "bad", "y": 0}\n'),
+])
+def test_a_row_without_a_label_is_named_not_made_a_class(tmp_path, name, text):
+    from cpuft.errors import CpuftError
+
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(CpuftError, match=r"row 2 has no label in column 'y'"):
+        load_labelled(TrainConfig(train_file=str(path), text_columns=["review"],
+                                  label_column="y"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,14 +55,14 @@ def _raw_splits(cfg: TrainConfig) -> tuple[str, tuple[str, ...], str, tuple[str,
             raise CpuftError("give either --task/--data-dir or --train-file, not both")
         if not cfg.text_columns:
             raise CpuftError("--train-file needs --text-columns (one or two column names)")
-        raw = {"train": load_table(cfg.train_file)}
+        raw = {"train": _labelled_table(cfg.train_file, cfg.label_column)}
         if cfg.validation_file:
-            raw["validation"] = load_table(cfg.validation_file)
+            raw["validation"] = _labelled_table(cfg.validation_file, cfg.label_column)
         else:
             held = raw["train"].train_test_split(test_size=cfg.validation_split, seed=SPLIT_SEED)
             raw = {"train": held["train"], "validation": held["test"]}
         if cfg.test_file:
-            raw["test"] = load_table(cfg.test_file)
+            raw["test"] = _labelled_table(cfg.test_file, cfg.label_column)
         task = Path(cfg.train_file).stem
         return task, tuple(cfg.text_columns), cfg.label_column, (), None, raw
     if cfg.validation_file or cfg.test_file:
@@ -78,10 +79,25 @@ def _raw_splits(cfg: TrainConfig) -> tuple[str, tuple[str, ...], str, tuple[str,
         if not d.is_dir():
             raise CpuftError(f"--data-dir {d}: no such folder")
         raw = {
-            "train": load_table(d / spec.train_file, spec.column_names),
-            "validation": load_table(d / spec.eval_file, spec.column_names),
+            "train": _labelled_table(d / spec.train_file, spec.label_column, spec.column_names),
+            "validation": _labelled_table(d / spec.eval_file, spec.label_column,
+                                          spec.column_names),
         }
     return spec.name, spec.text_columns, spec.label_column, spec.metrics, spec.regression, raw
+
+
+def _labelled_table(path: str | Path, label_column: str,
+                    column_names: tuple[str, ...] | None = None) -> Any:
+    """A table whose every row has a label: a blank one would otherwise become a class of its
+    own (or turn an integer column into floats, and classification into regression)."""
+    ds = load_table(path, column_names)
+    if label_column in ds.column_names:  # a missing column is reported with the others
+        for row, value in enumerate(ds[label_column]):
+            if value is None or (isinstance(value, float) and math.isnan(value)) \
+                    or (isinstance(value, str) and not value.strip()):
+                raise CpuftError(f"{path}: row {row + 1} has no label in column "
+                                 f"{label_column!r}")
+    return ds
 
 
 def default_metrics(label_map: LabelMap) -> tuple[str, ...]:

@@ -35,6 +35,13 @@ from cpuft.train.model_io import (
 from cpuft.train.runtime import versions
 
 RUN_MARKER = "cpuft_run.json"
+RESUME_KEEPS = ("model", "task", "data_dir", "train_file", "validation_file", "text_columns",
+                "label_column", "validation_split", "max_seq_length", "batch_size", "grad_accum",
+                "lr", "warmup_ratio", "lr_schedule", "weight_decay", "max_grad_norm", "seed",
+                "group_by_length")
+"""Settings a resumed run must share with the run it continues: with any other, its remaining
+steps would see other data or other updates. Steps, epochs, saving, logging and the speed
+options may change."""
 
 
 def check_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
@@ -61,6 +68,24 @@ def check_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
                 "or --resume to continue it"
             )
     return out, None
+
+
+def check_resume_settings(out: Path, cfg: TrainConfig) -> None:
+    """Refuse to resume the run in ``out`` with settings that would make it another run."""
+    try:
+        saved = json.loads((out / RUN_MARKER).read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        raise CpuftError(f"--resume: {out / RUN_MARKER} cannot be read") from None
+    now = json.loads(json.dumps(asdict(cfg)))
+    changed = [key for key in RESUME_KEEPS if key in saved and saved[key] != now[key]]
+    if changed:
+        def shown(value: Any) -> str:
+            return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+        diffs = "; ".join(f"--{key.replace('_', '-')} was {shown(saved[key]) or '(unset)'}, now "
+                          f"{shown(now[key]) or '(unset)'}" for key in changed)
+        raise CpuftError(f"--resume: the run in {out} had other settings ({diffs}): resume with "
+                         "its settings, or start a new run in another --output-dir")
 
 
 def clear_output_dir(out: Path, resume_from: Path | None) -> None:
@@ -115,6 +140,8 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
             say(f"--max-seq-length {cfg.max_seq_length} is longer than this model takes: "
                 f"using {limit}")
         cfg = replace(cfg, max_seq_length=limit)
+    if main and resume_from is not None:
+        check_resume_settings(out, cfg)
     if main:
         clear_output_dir(out, resume_from)
     if dist is not None:
