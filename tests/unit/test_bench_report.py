@@ -103,3 +103,25 @@ def test_scaling_chart(tmp_path):
               "rate": "10gbit"}
     scaling_chart(report, tmp_path / "scaling.png")
     assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scaling_rounds_take_the_median_of_each_rounds_own_ratio():
+    from cpuft.bench.scaling import ScalingOptions, summarise
+
+    def run(speed, comm=0.05):
+        return {"samples_per_second": speed, "comm_fraction": comm}
+
+    # The machine drifts: round 2 is fast for the 1-node run only. Medians of the speeds
+    # (50 and 84) would say 84%; the rounds' own ratios are 105%, 75% and 70%.
+    per_round = {"1-node": [run(40.0), run(60.0), run(50.0)],
+                 "2-nodes": [run(84.0), run(90.0), run(70.0, comm=0.2)],
+                 "2-nodes-bf16": [run(80.0), run(96.0), run(60.0)]}
+    halves = {"ceiling": 0.96, "whole_seconds": 9.6, "halves_seconds": 10.0}
+    report = summarise(per_round, halves, ScalingOptions(rounds=3, compressions=("none", "bf16")))
+    assert report["rounds_scaling_efficiency"] == pytest.approx([1.05, 0.75, 0.70])
+    assert report["scaling_efficiency"] == pytest.approx(0.75)
+    assert report["scaling_efficiency_bf16"] == pytest.approx(0.8)  # 1.0, 0.8, 0.6
+    assert report["communication_efficiency"] == pytest.approx(0.75 / 0.96)
+    assert report["configs"]["2-nodes"]["samples_per_second"] == 84.0  # its median round
+    assert report["configs"]["2-nodes"]["rounds_samples_per_second"] == [84.0, 90.0, 70.0]
+    assert report["target_met"] is False

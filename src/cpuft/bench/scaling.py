@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ class ScalingOptions:
     port: int = 29571
     compressions: tuple[str, ...] = ("none", "bf16", "powersgd")
     """Gradient compressions run on 2 nodes ('none' always is)."""
+    rounds: int = 1
+    """Times every run is repeated, in turns; efficiencies are medians of each round's own."""
 
 
 def runs(compressions: tuple[str, ...]) -> list[tuple[str, int, str]]:
@@ -121,40 +124,65 @@ def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, 
 def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
     if opts.global_batch < 2 or opts.global_batch % 2:
         raise CpuftError("--global-batch must be even and at least 2 (it is split over 2 nodes)")
-    configs: dict[str, Any] = {}
+    if opts.rounds < 1:
+        raise CpuftError("--rounds must be at least 1")
+    per_round: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in
+                                                  runs(opts.compressions)}
     with tempfile.TemporaryDirectory(prefix="cpuft-scaling-") as tmp:
-        for name, nodes, compression in runs(opts.compressions):
-            say(f"scaling: {name} ({opts.steps} steps of {opts.global_batch}, links {opts.rate})")
-            configs[name] = run_one(name, nodes, compression, opts, Path(tmp))
-            say(f"    {configs[name]['samples_per_second']:.1f} samples/s, comm "
-                f"{configs[name]['comm_fraction']:.1%} of a step")
+        for round_ in range(opts.rounds):
+            turn = f", round {round_ + 1}/{opts.rounds}" if opts.rounds > 1 else ""
+            for name, nodes, compression in runs(opts.compressions):
+                say(f"scaling: {name} ({opts.steps} steps of {opts.global_batch}, links "
+                    f"{opts.rate}{turn})")
+                done = run_one(name, nodes, compression, opts, Path(tmp))
+                per_round[name].append(done)
+                say(f"    {done['samples_per_second']:.1f} samples/s, comm "
+                    f"{done['comm_fraction']:.1%} of a step")
         say(f"scaling: one core trains {max(opts.steps, 4)} global batches of "
             f"{opts.global_batch} whole, then as the 2 nodes' halves (the same samples)")
         halves = run_halves(opts)
         say(f"    halves take {1 / halves['ceiling']:.3f}x the time: at most "
             f"{halves['ceiling']:.1%} for 2 nodes here")
-    one = configs["1-node"]["samples_per_second"]
-    efficiency = configs["2-nodes"]["samples_per_second"] / (2 * one)
-    best = best_one_node(one, halves["ceiling"])
+    return summarise(per_round, halves, opts)
+
+
+def summarise(per_round: dict[str, list[dict[str, Any]]], halves: dict[str, Any],
+              opts: ScalingOptions) -> dict[str, Any]:
+    """The report from every round's runs. Each efficiency is the median of the ratios taken
+    within a round (2 nodes against the 1-node run of the same round), so a machine whose speed
+    drifts between rounds does not bias it; each run's figures are its median-speed round's."""
+    from cpuft.bench.runner import median_run
+
+    configs = {name: median_run(done) for name, done in per_round.items()}
+    ones = [r["samples_per_second"] for r in per_round["1-node"]]
+
+    def efficiencies(name: str) -> list[float]:
+        return [r["samples_per_second"] / (2 * one)
+                for r, one in zip(per_round[name], ones, strict=True)]
+
+    efficiency = statistics.median(efficiencies("2-nodes"))
+    best = best_one_node(configs["1-node"]["samples_per_second"], halves["ceiling"])
     report: dict[str, Any] = {
         "rate": opts.rate,
         "global_batch": opts.global_batch,
         "steps": opts.steps,
+        "rounds": opts.rounds,
         "configs": configs,
         "scaling_efficiency": efficiency,
         "comm_fraction": configs["2-nodes"]["comm_fraction"],
         "best_one_node_samples_per_second": best,
-        "efficiency_vs_best_one_node": configs["2-nodes"]["samples_per_second"] / (2 * best),
+        "efficiency_vs_best_one_node": efficiency / max(1.0, halves["ceiling"]),
         "target_efficiency": TARGET_EFFICIENCY,
         # scaling_efficiency = machine_ceiling x communication_efficiency
         "machine_ceiling": halves["ceiling"],
         "communication_efficiency": efficiency / halves["ceiling"],
         "batch_halves": halves,
     }
+    if opts.rounds > 1:
+        report["rounds_scaling_efficiency"] = efficiencies("2-nodes")
     report["target_met"] = report["efficiency_vs_best_one_node"] >= TARGET_EFFICIENCY
     for name, nodes, compression in runs(opts.compressions):
         if nodes == 2 and compression != "none":
-            report[f"scaling_efficiency_{compression}"] = \
-                configs[name]["samples_per_second"] / (2 * one)
+            report[f"scaling_efficiency_{compression}"] = statistics.median(efficiencies(name))
             report[f"comm_fraction_{compression}"] = configs[name]["comm_fraction"]
     return report

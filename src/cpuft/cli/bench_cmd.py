@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
     p.add_argument("--output-dir", default="bench-out", help="where bench.md/png/json go")
     p.add_argument("--rounds", type=int, default=1,
                    help="run every configuration N times in turns and report the median of "
-                        "the speed-ups within a round (for machines whose speed drifts)")
+                        "the speed-ups (or, with --scaling, efficiencies) within a round (for "
+                        "machines whose speed drifts)")
     s = p.add_argument_group("scaling (needs root: nodes are network namespaces here)")
     s.add_argument("--scaling", action="store_true",
                    help="1 node against 2 nodes on the same global batch, each node one core")
@@ -62,7 +63,7 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
     opts = ScalingOptions(rate=args.rate, global_batch=args.global_batch,
                           steps=args.steps or (20 if args.quick else 40),
                           model=models[0] if models else "", max_seq_length=args.max_seq_length,
-                          compressions=compressions)
+                          compressions=compressions, rounds=args.rounds)
     report = run_scaling(opts)
     out = Path(args.output_dir)
     saved = save_outputs(out, {
@@ -83,6 +84,8 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
         print(f"one core trains the halves faster than whole batches of {opts.global_batch}: "
               f"against 1 node accumulating halves, 2 nodes reach "
               f"{report['efficiency_vs_best_one_node']:.1%} (the figure the target is read on)")
+    if opts.rounds > 1:
+        print("rounds: " + ", ".join(f"{e:.1%}" for e in report["rounds_scaling_efficiency"]))
     return finish(report, saved)
 
 
@@ -119,6 +122,8 @@ def check_args(args: argparse.Namespace) -> None:
 
     if args.steps < 0 or args.batch_size < 0:
         raise CpuftError("--steps and --batch-size must be positive")
+    if args.rounds < 1:
+        raise CpuftError("--rounds must be at least 1")
     if args.max_seq_length < 2:
         raise CpuftError("--max-seq-length must be at least 2")
     for model in filter(None, (m.strip() for m in args.models.split(","))):
