@@ -106,11 +106,13 @@ def test_sigterm_to_the_launcher_writes_a_checkpoint(job):
     launcher = start(free_port())
     wait_for(lambda: logged_steps(out) >= 5, 120, "training to start", launcher)
     launcher.send_signal(signal.SIGTERM)
-    _, stderr = launcher.communicate(timeout=60)
+    stdout, stderr = launcher.communicate(timeout=60)
     assert launcher.returncode != 0
     checkpoints = sorted(out.glob("checkpoint-*"))
     assert checkpoints, stderr[-2000:]
     assert "--resume" in stderr.strip().splitlines()[-1]
+    assert "checkpoint at step" in stdout  # rank 0 says where it stopped
+    assert "Traceback" not in stdout + stderr  # not torchrun's own, on a requested stop
     wait_for(lambda: not job_pids(tag), 10, "no process of the job left")
 
 

@@ -110,12 +110,17 @@ class Failure:
 
 
 def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failure],
-            capture: list[str] | None) -> None:
+            capture: list[str] | None, stopping: threading.Event) -> None:
     rank: int | None = None
     for line in pipe:  # type: ignore[attr-defined]
         if capture is not None:
             capture.append(line)
-        text = line if _RANK_PREFIX.match(line) else f"[{host}] {line}"
+        from_rank = _RANK_PREFIX.match(line) is not None
+        if stopping.is_set() and not from_rank:
+            # Stopped on request, a torchrun agent prints a traceback of its own signal
+            # handler; the ranks' lines and the launcher's last line say what happened.
+            continue
+        text = line if from_rank else f"[{host}] {line}"
         if m := _REPORT_RANK.match(line):
             rank = int(m.group(1))
         elif (m := _REPORT_EXIT.match(line)) and rank is not None:
@@ -127,13 +132,15 @@ def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failur
 
 
 def _start(host: str, argv: Sequence[str], env: dict[str, str], lock: threading.Lock,
-           failures: list[Failure], capture: list[str] | None) -> _Proc:
+           failures: list[Failure], capture: list[str] | None,
+           stopping: threading.Event) -> _Proc:
     popen = subprocess.Popen(
         list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1,
     )
     reader = threading.Thread(target=_stream,
-                              args=(host, popen.stdout, lock, failures, capture), daemon=True)
+                              args=(host, popen.stdout, lock, failures, capture, stopping),
+                              daemon=True)
     reader.start()
     return _Proc(host, popen, reader)
 
@@ -168,12 +175,15 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
     base_env = dict(os.environ)
     commands = _commands(cfg, base_env)
     failures: list[Failure] = []
-    procs = [_start(host, argv, env, lock, failures, capture) for host, argv, env in commands]
+    stopping = threading.Event()
+    procs = [_start(host, argv, env, lock, failures, capture, stopping)
+             for host, argv, env in commands]
     stopped_by: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         # Ranks checkpoint on SIGTERM (spot preemption) before they exit.
         stopped_by.append(signum)
+        stopping.set()
         _signal_all(procs, signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
