@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cpuft.launch.netns import can_make_namespaces, namespace_cluster
+from cpuft.launch.netns import NETNS_ETC, can_make_namespaces, namespace_cluster
 from tests.conftest import cpuft_env
 
 pytestmark = [
@@ -85,8 +85,11 @@ def test_sigterm_removes_the_namespaced_hosts():
     assert len(names) == 3
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert all(n in listed for n in names)
+    hosts_file = NETNS_ETC / names[1] / "hosts"
+    assert f" {names[2]}\n" in hosts_file.read_text()
     proc.terminate()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "hosts were removed" in err
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(n in listed for n in names)
+    assert not any((NETNS_ETC / n).exists() for n in names)

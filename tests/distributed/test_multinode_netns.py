@@ -38,6 +38,8 @@ def test_launch_over_namespaced_hosts(tmp_path, nodes):
     assert f"[{first}:0] trained 5 steps" in proc.stdout
     # rank 0 alone logs progress and writes; the other ranks print nothing of their own
     assert not any(f"[{h}:" in proc.stdout for h in cluster.hosts[1:])
+    # every host finds its peers' names in its namespace's hosts file, not in unreachable DNS
+    assert "cannot be retrieved" not in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow

@@ -2,11 +2,15 @@
 
 A bridge in a switch namespace, one veth per host, private addresses that exist only inside
 the namespaces, optionally each link's rate shaped with ``tc`` (tbf: this kernel has no netem, so
-no added delay). Everything is removed on exit, also when the body fails. Needs root and iproute2.
+no added delay). Each host gets a hosts file naming every host (``ip netns exec`` mounts
+``/etc/netns/NAME/hosts`` over ``/etc/hosts``), so looking up a peer's address finds it there
+instead of failing on a DNS server the namespace cannot reach. Everything is removed on exit,
+also when the body fails. Needs root and iproute2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,8 +19,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from cpuft.errors import CpuftError
+
+NETNS_ETC = Path("/etc/netns")
 
 
 def can_make_namespaces() -> bool:
@@ -79,9 +86,19 @@ def namespace_cluster(n: int, subnet: int = 231, rate: str | None = None) -> Ite
             if rate:
                 _run(["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
                       "burst", "4mb", "latency", "100ms"], ns=host)
+        # Also as IPv4-mapped IPv6: c10d's store listens on a dual-stack socket and looks its
+        # clients up by that form.
+        names = "".join(f"{addrs[h]} {h}\n::ffff:{addrs[h]} {h}\n" for h in hosts)
+        for host in hosts:
+            (NETNS_ETC / host).mkdir(parents=True, exist_ok=True)
+            (NETNS_ETC / host / "hosts").write_text(f"127.0.0.1 localhost\n::1 localhost\n"
+                                                    f"{names}")
         yield Cluster(hosts=hosts, addrs=addrs, switch=switch)
     finally:
         for ns in reversed(made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+            shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            NETNS_ETC.rmdir()  # only when empty: another tool's files stay
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
