@@ -128,6 +128,11 @@ def make_embeddings_sparse(model: Any) -> str:
     return ""
 
 
+POSITIONS_AFTER_PAD = ("roberta", "xlm-roberta", "camembert", "mpnet", "roberta-prelayernorm",
+                       "data2vec-text", "xmod", "ibert", "longformer")
+"""Model types whose position ids start after the padding index (514 positions, 512 usable)."""
+
+
 def sequence_length_limit(config: Any, tokenizer: Any) -> int | None:
     """The most tokens a sequence of this model may have, where the model says.
 
@@ -136,8 +141,10 @@ def sequence_length_limit(config: Any, tokenizer: Any) -> int | None:
     (RoBERTa and MPNet start after the padding index); a tokenizer that does not know its model
     says 1e30.
     """
-    limits = [int(n) for n in (getattr(config, "max_position_embeddings", None),
-                               getattr(tokenizer, "model_max_length", None))
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and getattr(config, "model_type", "") in POSITIONS_AFTER_PAD:
+        positions -= int(getattr(config, "pad_token_id", 1) or 0) + 1
+    limits = [int(n) for n in (positions, getattr(tokenizer, "model_max_length", None))
               if isinstance(n, int | float) and 0 < n < 1e6]
     return min(limits) if limits else None
 
