@@ -40,12 +40,16 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
     (["--scaling", "--global-batch", "0"], "--global-batch must be even and at least 2"),
     (["--output-dir", "{file}/b"], "is a file, not a folder"),
     (["--output-dir", "/proc/cpuft-bench"], "cannot write in /proc"),
+    (["--models", "{tiny}", "--max-seq-length", "128"],
+     "--max-seq-length 128 is longer than {tiny} takes (64 tokens)"),
 ])
-def test_bad_bench_flags_stop_before_any_run(capsys, tmp_path, argv, message):
+def test_bad_bench_flags_stop_before_any_run(capsys, tmp_path, tiny_model, argv, message):
     from cpuft.cli.main import main
 
     (tmp_path / "f").write_text("")
-    argv = [a.replace("{file}", str(tmp_path / "f")) for a in argv]
+    argv = [a.replace("{file}", str(tmp_path / "f")).replace("{tiny}", str(tiny_model))
+            for a in argv]
+    message = message.replace("{tiny}", str(tiny_model))
     code = main(["bench", "--output-dir", str(tmp_path / "b"), *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err, err

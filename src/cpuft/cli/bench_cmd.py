@@ -119,6 +119,7 @@ def check_args(args: argparse.Namespace) -> None:
     from cpuft.bench.spec import MODELS
     from cpuft.cli.output import check_writable_dir
     from cpuft.errors import CpuftError
+    from cpuft.train.model_io import folder_sequence_limit
 
     if args.steps < 0 or args.batch_size < 0:
         raise CpuftError("--steps and --batch-size must be positive")
@@ -130,6 +131,11 @@ def check_args(args: argparse.Namespace) -> None:
         if model not in MODELS and not Path(model).is_dir():
             raise CpuftError(f"--models: {model!r} is neither {', '.join(MODELS)} nor a model "
                              "folder")
+        limit = folder_sequence_limit(model) if model not in MODELS else None
+        if limit is not None and args.max_seq_length > limit:
+            # stock-2021 pads every row to --max-seq-length: the run would fail in the model
+            raise CpuftError(f"--max-seq-length {args.max_seq_length} is longer than {model} "
+                             f"takes ({limit} tokens): pass --max-seq-length {limit} or less")
     if args.scaling and not RATE.fullmatch(args.rate.lower()):
         raise CpuftError(f"--rate {args.rate!r}: give a tc rate such as 10gbit, 800mbit")
     check_writable_dir(args.output_dir, "--output-dir")

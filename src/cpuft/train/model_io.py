@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -147,6 +148,20 @@ def sequence_length_limit(config: Any, tokenizer: Any) -> int | None:
     limits = [int(n) for n in (positions, getattr(tokenizer, "model_max_length", None))
               if isinstance(n, int | float) and 0 < n < 1e6]
     return min(limits) if limits else None
+
+
+def folder_sequence_limit(folder: str | Path) -> int | None:
+    """``sequence_length_limit`` of a model folder, read from its JSON files (nothing loaded)."""
+    from types import SimpleNamespace
+
+    def read(name: str) -> SimpleNamespace:
+        try:
+            data = json.loads((Path(folder) / name).read_text())
+        except (OSError, ValueError):
+            return SimpleNamespace()
+        return SimpleNamespace(**data) if isinstance(data, dict) else SimpleNamespace()
+
+    return sequence_length_limit(read("config.json"), read("tokenizer_config.json"))
 
 
 def load_classifier(name: str, label_map: LabelMap) -> Any:
