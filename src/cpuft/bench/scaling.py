@@ -156,12 +156,15 @@ def summarise(per_round: dict[str, list[dict[str, Any]]], halves: dict[str, Any]
     configs = {name: median_run(done) for name, done in per_round.items()}
     ones = [r["samples_per_second"] for r in per_round["1-node"]]
 
-    def efficiencies(name: str) -> list[float]:
-        return [r["samples_per_second"] / (2 * one)
+    def efficiencies(name: str, baseline: Callable[[float], float] = float) -> list[float]:
+        """2 nodes against ``baseline`` of the same round's 1-node speed, round by round."""
+        return [r["samples_per_second"] / (2 * baseline(one))
                 for r, one in zip(per_round[name], ones, strict=True)]
 
+    def best(one: float) -> float:
+        return best_one_node(one, halves["ceiling"])
+
     efficiency = statistics.median(efficiencies("2-nodes"))
-    best = best_one_node(configs["1-node"]["samples_per_second"], halves["ceiling"])
     report: dict[str, Any] = {
         "rate": opts.rate,
         "global_batch": opts.global_batch,
@@ -170,8 +173,8 @@ def summarise(per_round: dict[str, list[dict[str, Any]]], halves: dict[str, Any]
         "configs": configs,
         "scaling_efficiency": efficiency,
         "comm_fraction": configs["2-nodes"]["comm_fraction"],
-        "best_one_node_samples_per_second": best,
-        "efficiency_vs_best_one_node": efficiency / max(1.0, halves["ceiling"]),
+        "best_one_node_samples_per_second": best(configs["1-node"]["samples_per_second"]),
+        "efficiency_vs_best_one_node": statistics.median(efficiencies("2-nodes", best)),
         "target_efficiency": TARGET_EFFICIENCY,
         # scaling_efficiency = machine_ceiling x communication_efficiency
         "machine_ceiling": halves["ceiling"],

@@ -123,8 +123,6 @@ def check_args(args: argparse.Namespace) -> None:
 
     if args.steps < 0 or args.batch_size < 0:
         raise CpuftError("--steps and --batch-size must be positive")
-    if args.rounds < 1:
-        raise CpuftError("--rounds must be at least 1")
     if args.max_seq_length < 2:
         raise CpuftError("--max-seq-length must be at least 2")
     for model in filter(None, (m.strip() for m in args.models.split(","))):

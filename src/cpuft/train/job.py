@@ -140,9 +140,9 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
             say(f"--max-seq-length {cfg.max_seq_length} is longer than this model takes: "
                 f"using {limit}")
         cfg = replace(cfg, max_seq_length=limit)
-    if main and resume_from is not None:
-        check_resume_settings(out, cfg)
     if main:
+        if resume_from is not None:
+            check_resume_settings(out, cfg)
         clear_output_dir(out, resume_from)
     if dist is not None:
         dist.barrier()  # rank 0 has checked, cleared or found the output dir
