@@ -30,17 +30,30 @@ def by_check(rep):
 
 
 def test_amx_node_trains_bf16_one_rank_per_numa_node():
-    rep = report(facts("cpuinfo_spr_amx.txt"))
+    rep = report(facts("cpuinfo_spr_amx.txt", bf16_matmul_speedup=7.5))
     assert rep["ok"] and rep["choices"]["precision"] == "bf16"
     assert "AMX" in by_check(rep)["bf16"]["detail"]
     assert (rep["choices"]["ranks_per_node"], rep["choices"]["threads_per_rank"]) == (2, 4)
     assert rep["node"]["topology"]["physical_cores"] == 8
 
 
-def test_avx512_bf16_without_amx():
+def test_avx512_bf16_without_amx_trains_in_what_measured_faster():
+    zen4 = report(facts("cpuinfo_zen4_bf16.txt", bf16_matmul_speedup=2.4))
+    assert zen4["choices"]["precision"] == "bf16"
+    assert by_check(zen4)["bf16"]["status"] == "ok"
+    assert "avx512_bf16" in by_check(zen4)["bf16"]["detail"]
+    # A Xeon VM with avx512_bf16 but no AMX: bf16 matmuls ran at half fp32's speed.
+    slow = report(facts("cpuinfo_zen4_bf16.txt", bf16_matmul_speedup=0.5))
+    assert slow["choices"]["precision"] == "fp32"
+    assert "0.50x fp32" in slow["choices"]["precision_reason"]
+    assert by_check(slow)["bf16"]["status"] == "warn"
+    assert "would be slower" in by_check(slow)["bf16"]["fix"]
+
+
+def test_native_bf16_not_measured_says_it_will_be():
     rep = report(facts("cpuinfo_zen4_bf16.txt"))
-    assert rep["choices"]["precision"] == "bf16"
-    assert "avx512_bf16" in by_check(rep)["bf16"]["detail"]
+    assert rep["choices"]["precision"] == "auto"
+    assert "measures bf16 against fp32" in by_check(rep)["bf16"]["detail"]
 
 
 def test_no_native_bf16_warns_and_picks_fp32():
@@ -72,3 +85,5 @@ def test_doctor_json_on_this_machine():
     assert proc.returncode == (0 if rep["ok"] else 1)
     assert rep["node"]["topology"]["physical_cores"] >= 1
     assert rep["choices"]["precision"] in ("bf16", "fp32")
+    if rep["node"]["bf16_matmul_speedup"]:
+        assert "measured" in rep["choices"]["precision_reason"]

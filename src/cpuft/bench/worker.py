@@ -33,6 +33,7 @@ from cpuft.train.model_io import (
     load_tokenizer,
     resolve_model,
 )
+from cpuft.train.precision import resolve_precision
 from cpuft.train.runtime import apply_plan, loaded_allocator
 
 
@@ -58,6 +59,14 @@ def measure_matmul(dtype: torch.dtype, n: int = 2048, seconds: float = 1.5) -> f
     return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
 
 
+def trainer_best_precision() -> str:
+    """bf16 where native and faster: the same measured rule as cpuft's, so that neither side
+    loses by a precision that is slower on this CPU."""
+    plan = make_plan(TrainConfig(), read_topology())
+    resolve_precision(plan, "auto")
+    return plan.precision
+
+
 def build_model(spec: RunSpec, label_map: Any) -> tuple[Any, Any]:
     torch.manual_seed(spec.seed)
     if spec.model == "bert-base":
@@ -80,9 +89,9 @@ def flops_per_sample(model: Any, mean_tokens: float) -> float:
 
 
 def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
-                       train: Encoded) -> list[float]:
-    """Per-step seconds of ``spec.steps`` steps with transformers' Trainer, set up as a user
-    would."""
+                       train: Encoded) -> tuple[str, list[float]]:
+    """The precision and per-step seconds of ``spec.steps`` steps with transformers' Trainer,
+    set up as a user would."""
     from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
 
     class StepTimes(TrainerCallback):
@@ -106,12 +115,12 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
         if train.token_type_ids is not None:
             row["token_type_ids"] = train.token_type_ids[i] + [0] * pad
         rows.append(row)
-    bf16 = not stock and read_topology().isa.native_bf16
+    precision = "fp32" if stock else trainer_best_precision()
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
             output_dir=tmp,
             use_cpu=True,
-            bf16=bf16,
+            bf16=precision == "bf16",
             # 2021's Trainer: the unfused torch AdamW, random batches padded to max_length.
             optim="adamw_torch" if stock else "adamw_torch_fused",
             train_sampling_strategy="random" if stock else "group_by_length",
@@ -131,13 +140,14 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
         trainer = Trainer(model=model, args=args, train_dataset=rows,
                           data_collator=DataCollatorWithPadding(tokenizer), callbacks=[times])
         trainer.train()
-    return [b - a for a, b in zip(times.marks, times.marks[1:], strict=False)]
+    return precision, [b - a for a, b in zip(times.marks, times.marks[1:], strict=False)]
 
 
 def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
                     train: Encoded) -> tuple[str, list[float]]:
     plan = apply_plan(make_plan(TrainConfig(max_seq_length=spec.max_seq_length), read_topology()),
                       pin_cores=True)
+    resolve_precision(plan, "auto")
     apply_model_speedups(model, plan)
     source = TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id), spec.batch_size,
                           spec.seed)
@@ -163,9 +173,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
     if spec.config.startswith("cpuft"):
         precision, step_seconds = train_with_cpuft(spec, model, tokenizer, train)
     else:
-        step_seconds = train_with_trainer(spec, model, tokenizer, train)
-        precision = "bf16" if spec.config == "trainer-best" and read_topology().isa.native_bf16 \
-            else "fp32"
+        precision, step_seconds = train_with_trainer(spec, model, tokenizer, train)
     scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
                       batch_size=128, precision=precision, metrics=("accuracy",),
                       regression=False)

@@ -7,7 +7,7 @@ from typing import Any
 
 from cpuft.config import TrainConfig
 from cpuft.doctor.facts import NodeFacts
-from cpuft.speedups import choose_precision
+from cpuft.speedups import choose_precision, precision_from_speedup
 from cpuft.topology.placement import auto_nproc, plan_node
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -29,6 +29,8 @@ def choices(facts: NodeFacts) -> dict[str, Any]:
     """The plan cpuft makes here with default settings, with reasons."""
     topo = facts.topology
     precision, why = choose_precision(TrainConfig().precision, topo)
+    if precision == "auto" and facts.bf16_matmul_speedup:
+        precision, why = precision_from_speedup(facts.bf16_matmul_speedup)
     ranks = auto_nproc(topo)
     placements = plan_node(topo, ranks)
     allocator = next(iter(facts.allocators), "system")
@@ -60,7 +62,17 @@ def findings(facts: NodeFacts) -> list[Finding]:
     isa = topo.isa
     if isa.native_bf16:
         kind = "AMX tiles" if isa.amx else "avx512_bf16"
-        out.append(Finding("bf16", OK, f"native bf16 ({kind}): cpuft trains in bf16"))
+        speedup = facts.bf16_matmul_speedup
+        if not speedup:
+            out.append(Finding("bf16", OK, f"native bf16 ({kind}): cpuft measures bf16 against "
+                               "fp32 at start and trains in the faster"))
+        elif precision_from_speedup(speedup)[0] == "bf16":
+            out.append(Finding("bf16", OK, f"native bf16 ({kind}), matmul {speedup:.2f}x fp32: "
+                               "cpuft trains in bf16"))
+        else:
+            out.append(Finding("bf16", WARN, f"native bf16 ({kind}), but its matmul runs "
+                               f"{speedup:.2f}x fp32 here: cpuft trains in fp32",
+                               "leave --precision auto; --precision bf16 would be slower"))
     else:
         out.append(Finding("bf16", WARN,
                            "no avx512_bf16 or AMX: bf16 would be emulated and slower than fp32",

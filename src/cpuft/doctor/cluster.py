@@ -75,9 +75,9 @@ def check_cluster(cfg: LaunchConfig, master_given: bool) -> dict[str, Any]:
         for host, isa in isas.items():
             if not isa.native_bf16:
                 found.append(_finding(host, "isa", WARN,
-                                         "no native bf16 while other hosts have it: ranks "
-                                         "would pick different precisions",
-                                         "run the job with --precision fp32, or drop the host"))
+                                         "no native bf16 while other hosts have it: with "
+                                         "--precision auto the whole job trains in fp32",
+                                         "drop the host to train in bf16 where it is faster"))
     else:
         for host, isa in isas.items():
             found.append(_finding(host, "isa", OK, " ".join(isa.names()) or "no AVX-512"))

@@ -32,6 +32,7 @@ from cpuft.train.model_io import (
     resolve_model,
     sequence_length_limit,
 )
+from cpuft.train.precision import resolve_precision
 from cpuft.train.runtime import versions
 
 RUN_MARKER = "cpuft_run.json"
@@ -165,6 +166,7 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
                           group_by_length=plan.group_by_length, rank=rank, world_size=world)
     steps_per_epoch = math.ceil(source.num_batches(0) / cfg.grad_accum)
     total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    resolve_precision(plan, cfg.precision, dist.on_every_rank if dist else None)
     if plan.compile == "auto":
         decide_compile(plan, cfg, samples=total_steps * cfg.batch_size * cfg.grad_accum)
 

@@ -1,0 +1,65 @@
+import pytest
+
+from cpuft.speedups import BF16_MIN_SPEEDUP, SpeedPlan, precision_from_speedup
+from cpuft.train.precision import bf16_matmul_speedup, resolve_precision
+
+
+def plan(precision: str) -> SpeedPlan:
+    return SpeedPlan(precision=precision, precision_reason="auto: CPU has avx512_bf16", threads=1)
+
+
+@pytest.mark.parametrize(
+    ("speedup", "chosen"),
+    [(0.5, "fp32"), (BF16_MIN_SPEEDUP - 0.01, "fp32"), (BF16_MIN_SPEEDUP, "bf16"), (2.4, "bf16")],
+)
+def test_bf16_only_when_its_matmuls_are_clearly_faster(speedup, chosen):
+    precision, reason = precision_from_speedup(speedup)
+    assert precision == chosen
+    assert f"{speedup:.2f}x fp32" in reason
+
+
+def test_auto_is_measured_once_and_recorded():
+    calls = []
+
+    def measure() -> float:
+        calls.append(1)
+        return 0.53
+
+    p = plan("auto")
+    resolve_precision(p, "auto", measure=measure)
+    assert (p.precision, len(calls)) == ("fp32", 1)
+    assert "0.53x" in p.precision_reason
+    decided = plan("bf16")
+    resolve_precision(decided, "bf16", measure=measure)
+    assert decided.precision == "bf16" and len(calls) == 1
+
+
+def test_ranks_keep_bf16_only_if_every_rank_chose_it():
+    seen = []
+
+    def others_fp32(flag: bool) -> bool:
+        seen.append(flag)
+        return False
+
+    p = plan("auto")
+    resolve_precision(p, "auto", others_fp32, measure=lambda: 2.4)
+    assert p.precision == "fp32" and seen == [True]
+    assert "another rank" in p.precision_reason
+    # A rank without native bf16 (fp32 without measuring) still joins the vote.
+    fixed = plan("fp32")
+    resolve_precision(fixed, "auto", others_fp32, measure=lambda: pytest.fail("measured"))
+    assert fixed.precision == "fp32" and seen == [True, False]
+    agreed = plan("auto")
+    resolve_precision(agreed, "auto", lambda flag: flag, measure=lambda: 2.4)
+    assert agreed.precision == "bf16"
+
+
+def test_forced_precision_is_not_put_to_a_vote():
+    p = plan("bf16")
+    resolve_precision(p, "bf16", lambda flag: pytest.fail("voted"))
+    assert p.precision == "bf16"
+
+
+def test_matmul_speedup_is_a_measured_ratio():
+    ratio = bf16_matmul_speedup(size=64, rounds=2, reps=1)
+    assert 0.0 < ratio < 1000.0
