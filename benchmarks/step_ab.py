@@ -33,6 +33,7 @@ from cpuft.train.model_io import (
     load_classifier,
     load_tokenizer,
 )
+from cpuft.train.precision import resolve_precision
 from cpuft.train.runtime import apply_plan
 
 DEFAULT_VARIANTS = (
@@ -73,6 +74,7 @@ def main() -> None:
         torch.manual_seed(0)
         model = load_classifier(path, data.label_map).train()
         plan = make_plan(TrainConfig(**overrides), read_topology())
+        resolve_precision(plan, plan.precision)
         apply_model_speedups(model, plan)
         optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.01, fused=True)
         models[name] = (model, optimizer, plan.precision)

@@ -100,6 +100,7 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         entry["configs"][r["config"]] = {k: r[k] for k in (
             "samples_per_second", "tokens_per_second", "peak_memory_mb", "accuracy", "precision",
             "allocator", "threads", "train_seconds")}
+        entry["configs"][r["config"]]["precision_reason"] = r.get("precision_reason", "")
         if r["config"] == "cpuft":
             peak = matmul["bf16_gflops" if r["precision"] == "bf16" else "fp32_gflops"] * 1e9
             entry["mfu"] = r["flops_per_sample"] * r["samples_per_second"] / peak

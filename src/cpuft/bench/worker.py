@@ -59,12 +59,12 @@ def measure_matmul(dtype: torch.dtype, n: int = 2048, seconds: float = 1.5) -> f
     return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
 
 
-def trainer_best_precision() -> str:
+def trainer_best_precision() -> tuple[str, str]:
     """bf16 where native and faster: the same measured rule as cpuft's, so that neither side
     loses by a precision that is slower on this CPU."""
     plan = make_plan(TrainConfig(), read_topology())
     resolve_precision(plan, "auto")
-    return plan.precision
+    return plan.precision, plan.precision_reason
 
 
 def build_model(spec: RunSpec, label_map: Any) -> tuple[Any, Any]:
@@ -89,9 +89,9 @@ def flops_per_sample(model: Any, mean_tokens: float) -> float:
 
 
 def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
-                       train: Encoded) -> tuple[str, list[float]]:
-    """The precision and per-step seconds of ``spec.steps`` steps with transformers' Trainer,
-    set up as a user would."""
+                       train: Encoded) -> tuple[tuple[str, str], list[float]]:
+    """The precision with its reason, and the per-step seconds of ``spec.steps`` steps with
+    transformers' Trainer, set up as a user would."""
     from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
 
     class StepTimes(TrainerCallback):
@@ -115,7 +115,7 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
         if train.token_type_ids is not None:
             row["token_type_ids"] = train.token_type_ids[i] + [0] * pad
         rows.append(row)
-    precision = "fp32" if stock else trainer_best_precision()
+    precision, reason = ("fp32", "2021's Trainer") if stock else trainer_best_precision()
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
             output_dir=tmp,
@@ -140,11 +140,11 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
         trainer = Trainer(model=model, args=args, train_dataset=rows,
                           data_collator=DataCollatorWithPadding(tokenizer), callbacks=[times])
         trainer.train()
-    return precision, [b - a for a, b in zip(times.marks, times.marks[1:], strict=False)]
+    return (precision, reason), [b - a for a, b in zip(times.marks, times.marks[1:], strict=False)]
 
 
 def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
-                    train: Encoded) -> tuple[str, list[float]]:
+                    train: Encoded) -> tuple[tuple[str, str], list[float]]:
     plan = apply_plan(make_plan(TrainConfig(max_seq_length=spec.max_seq_length), read_topology()),
                       pin_cores=True)
     resolve_precision(plan, "auto")
@@ -156,7 +156,7 @@ def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
         precision=plan.precision, fused_optimizer=True, log_steps=spec.steps,
         compile=spec.config == "cpuft-compile",
     ))
-    return plan.precision, result.step_seconds
+    return (plan.precision, plan.precision_reason), result.step_seconds
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
@@ -171,9 +171,9 @@ def run(spec: RunSpec) -> dict[str, Any]:
         val_texts, val_labels = val_texts[: spec.eval_samples], val_labels[: spec.eval_samples]
     validation = encode(val_texts, val_labels, tokenizer, spec.max_seq_length)
     if spec.config.startswith("cpuft"):
-        precision, step_seconds = train_with_cpuft(spec, model, tokenizer, train)
+        (precision, reason), step_seconds = train_with_cpuft(spec, model, tokenizer, train)
     else:
-        precision, step_seconds = train_with_trainer(spec, model, tokenizer, train)
+        (precision, reason), step_seconds = train_with_trainer(spec, model, tokenizer, train)
     scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
                       batch_size=128, precision=precision, metrics=("accuracy",),
                       regression=False)
@@ -184,6 +184,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "config": spec.config,
         "model": spec.model,
         "precision": precision,
+        "precision_reason": reason,
         "allocator": loaded_allocator(),
         "threads": torch.get_num_threads(),
         "train_seconds": seconds,

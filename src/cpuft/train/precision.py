@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import statistics
 import time
 from collections.abc import Callable
 
@@ -11,22 +11,25 @@ import torch
 from cpuft.speedups import SpeedPlan, precision_from_speedup
 
 
-def bf16_matmul_speedup(size: int = 1024, rounds: int = 5, reps: int = 2) -> float:
+def bf16_matmul_speedup(size: int = 1024, rounds: int = 7, reps: int = 2) -> float:
     """How many times faster a size x size matmul runs in bf16 than in fp32, on this process's
-    threads (set them first). The dtypes take turns and each keeps its best time, so a noisy
-    neighbour slows both alike; about half a second on 2 cores."""
+    threads (set them first): the median over rounds of fp32's time over bf16's, each round
+    timing both back to back, so that a stall of the VM skews a round, not the answer. About
+    half a second on 2 cores."""
     a32, b32 = torch.randn(size, size), torch.randn(size, size)
     pairs = {torch.float32: (a32, b32), torch.bfloat16: (a32.bfloat16(), b32.bfloat16())}
     for a, b in pairs.values():
         a @ b  # oneDNN builds its kernel and the thread pool starts outside the timing
-    best = dict.fromkeys(pairs, math.inf)
+    ratios = []
     for _ in range(rounds):
+        took = {}
         for dtype, (a, b) in pairs.items():
             started = time.perf_counter()
             for _ in range(reps):
                 a @ b
-            best[dtype] = min(best[dtype], (time.perf_counter() - started) / reps)
-    return best[torch.float32] / best[torch.bfloat16]
+            took[dtype] = time.perf_counter() - started
+        ratios.append(took[torch.float32] / took[torch.bfloat16])
+    return statistics.median(ratios)
 
 
 def resolve_precision(plan: SpeedPlan, requested: str,
