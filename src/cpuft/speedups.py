@@ -70,9 +70,9 @@ class SpeedPlan:
 
 
 # bf16 autocast adds casts and keeps fp32 master weights, so its matmuls must be clearly faster
-# than fp32 ones before a training step gains. Measured (MiniLM-L6, batch 32, 2 threads): on
-# Zen 4, bf16 matmul 2.4x fp32 and the step 1.5x; on a Xeon VM with avx512_bf16 but no AMX,
-# bf16 matmul 0.5x fp32 and the step 0.75x.
+# than fp32 ones before a training step gains. Measured on 2-core VMs: on Zen 4, bf16 matmul
+# 2.4x fp32 and a bert-base step 1.5x; on a Xeon with avx512_bf16 but no AMX, bf16 matmul
+# 0.5-0.66x fp32 and a MiniLM step 0.75x.
 BF16_MIN_SPEEDUP = 1.3
 
 

@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from cpuft.speedups import BF16_MIN_SPEEDUP, SpeedPlan, precision_from_speedup
 from cpuft.train.precision import bf16_matmul_speedup, resolve_precision
@@ -63,3 +64,11 @@ def test_forced_precision_is_not_put_to_a_vote():
 def test_matmul_speedup_is_a_measured_ratio():
     ratio = bf16_matmul_speedup(size=64, rounds=2, reps=1)
     assert 0.0 < ratio < 1000.0
+
+
+def test_measuring_leaves_the_seeded_generator_alone():
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    bf16_matmul_speedup(size=32, rounds=1, reps=1)
+    assert torch.equal(torch.rand(3), expected)

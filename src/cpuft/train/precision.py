@@ -16,7 +16,8 @@ def bf16_matmul_speedup(size: int = 1024, rounds: int = 7, reps: int = 2) -> flo
     threads (set them first): the median over rounds of fp32's time over bf16's, each round
     timing both back to back, so that a stall of the VM skews a round, not the answer. About
     half a second on 2 cores."""
-    a32, b32 = torch.randn(size, size), torch.randn(size, size)
+    own = torch.Generator().manual_seed(0)  # the run's seeded generator stays untouched
+    a32, b32 = torch.randn(size, size, generator=own), torch.randn(size, size, generator=own)
     pairs = {torch.float32: (a32, b32), torch.bfloat16: (a32.bfloat16(), b32.bfloat16())}
     for a, b in pairs.values():
         a @ b  # oneDNN builds its kernel and the thread pool starts outside the timing
