@@ -19,4 +19,8 @@ def test_default_job_smoke(tmp_path):
     assert summary["task"] == "rotten_tomatoes" and summary["steps"] == 3
     assert summary["train_samples"] == 10246  # 80% of the 12,808 fresh/rotten snippets
     assert set(summary["test"]) == {"accuracy", "f1"}
+    # auto precision is settled before training (by measuring, where the CPU has native bf16)
+    assert summary["precision"] in ("bf16", "fp32")
+    assert summary["speedups"]["precision"] == summary["precision"]
+    assert summary["speedups"]["precision_reason"].startswith("auto:")
     assert "test: accuracy" in proc.stdout

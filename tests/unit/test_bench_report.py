@@ -125,3 +125,31 @@ def test_scaling_rounds_take_the_median_of_each_rounds_own_ratio():
     assert report["configs"]["2-nodes"]["samples_per_second"] == 84.0  # its median round
     assert report["configs"]["2-nodes"]["rounds_samples_per_second"] == [84.0, 90.0, 70.0]
     assert report["target_met"] is False
+
+
+def test_runs_that_lost_cpu_to_other_guests_are_flagged():
+    from cpuft.bench.runner import median_run
+
+    calm = median_run([{**result("trainer-best", 100.0, 0.8), "steal_fraction": 0.01}] * 3)
+    rounds = [{**result("cpuft", s, 0.8), "steal_fraction": f}
+              for s, f in ((150.0, 0.0), (90.0, 0.29), (160.0, 0.02))]
+    report = compare([calm, median_run(rounds)], MATMUL)
+    report["targets"] = {}
+    cpuft = report["models"]["minilm"]["configs"]["cpuft"]
+    assert cpuft["rounds_steal_fraction"] == [0.0, 0.29, 0.02]
+    md = markdown(report)
+    assert "minilm: cpuft lost 29% of the CPU time to other guests" in md
+    assert "trainer-best lost" not in md
+
+
+def test_steal_read_from_proc_stat_text():
+    from cpuft.bench.steal import cpu_ticks, steal_fraction
+
+    before = cpu_ticks("cpu  600 0 50 400 2 0 1 40 0 0\ncpu0 300 0 25 200 1 0 1 20 0 0\n")
+    assert before == (40, 1093)
+    after = cpu_ticks("cpu  700 0 60 420 2 0 1 70 0 0\n")
+    assert steal_fraction(before, after) == pytest.approx(30 / 160)
+    assert steal_fraction(None, after) == 0.0
+    assert cpu_ticks("cpu 5 0 5 90\n") == (0, 100)  # an old kernel without a steal field
+    with pytest.raises(ValueError, match="no 'cpu' line"):
+        cpu_ticks("intr 1 2 3\n")

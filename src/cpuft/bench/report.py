@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from cpuft.bench.spec import CONFIGS, OPTIONAL_CONFIGS
+from cpuft.bench.steal import STEAL_WARN
 
 COLUMNS = ("model", "configuration", "precision", "samples/s", "tokens/s", "peak MB", "accuracy",
            "vs stock-2021")
@@ -37,6 +38,12 @@ def verdicts(report: dict[str, Any]) -> list[str]:
                              f"(target {target}x: {ok})")
         if "mfu" in entry:
             lines.append(f"{model}: cpuft model FLOPs utilisation {entry['mfu']:.1%}")
+        for name, c in entry["configs"].items():
+            steal = max([c.get("steal_fraction", 0.0), *c.get("rounds_steal_fraction", [])])
+            if steal >= STEAL_WARN:
+                lines.append(f"{model}: {name} lost {steal:.0%} of the CPU time to other guests of "
+                             "this VM (steal) while it trained, so its speed reads low: rerun, "
+                             "or use --rounds")
     gf = report["matmul_gflops"]
     lines.append(f"matmul 2048x2048: bf16 {gf['bf16']:.0f} GFLOP/s, fp32 {gf['fp32']:.0f} GFLOP/s")
     return lines

@@ -101,6 +101,7 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
             "samples_per_second", "tokens_per_second", "peak_memory_mb", "accuracy", "precision",
             "allocator", "threads", "train_seconds")}
         entry["configs"][r["config"]]["precision_reason"] = r.get("precision_reason", "")
+        entry["configs"][r["config"]]["steal_fraction"] = r.get("steal_fraction", 0.0)
         if r["config"] == "cpuft":
             peak = matmul["bf16_gflops" if r["precision"] == "bf16" else "fp32_gflops"] * 1e9
             entry["mfu"] = r["flops_per_sample"] * r["samples_per_second"] / peak
@@ -108,6 +109,7 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         if "rounds_samples_per_second" in r:
             config = report["models"][r["model"]]["configs"][r["config"]]
             config["rounds_samples_per_second"] = r["rounds_samples_per_second"]
+            config["rounds_steal_fraction"] = r.get("rounds_steal_fraction", [])
     for entry in report["models"].values():
         configs = entry["configs"]
         if "cpuft" not in configs:
@@ -131,7 +133,8 @@ def median_run(done: list[dict[str, Any]]) -> dict[str, Any]:
         return done[0]
     ranked = sorted(done, key=lambda r: r["samples_per_second"])
     return {**ranked[(len(ranked) - 1) // 2],
-            "rounds_samples_per_second": [r["samples_per_second"] for r in done]}
+            "rounds_samples_per_second": [r["samples_per_second"] for r in done],
+            "rounds_steal_fraction": [r.get("steal_fraction", 0.0) for r in done]}
 
 
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -150,7 +153,8 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
                 f"{spec.batch_size}{turn}")
             r = _run(spec, cpuft_env)
             say(f"    {r['samples_per_second']:.1f} samples/s, accuracy {r['accuracy']:.4f}, "
-                f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}")
+                f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}, "
+                f"steal {r['steal_fraction']:.0%}")
             rounds[i].append(r)
     results = [median_run(done) for done in rounds]
     by_model: dict[str, dict[str, dict[str, Any]]] = {}

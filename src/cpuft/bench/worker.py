@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from cpuft.bench.spec import RunSpec
+from cpuft.bench.steal import read_ticks, steal_fraction
 from cpuft.config import TrainConfig
 from cpuft.data.batching import Collator, TokenBatches
 from cpuft.data.prepare import Encoded, encode, load_labelled
@@ -170,10 +171,12 @@ def run(spec: RunSpec) -> dict[str, Any]:
     if spec.eval_samples:
         val_texts, val_labels = val_texts[: spec.eval_samples], val_labels[: spec.eval_samples]
     validation = encode(val_texts, val_labels, tokenizer, spec.max_seq_length)
+    ticks = read_ticks()
     if spec.config.startswith("cpuft"):
         (precision, reason), step_seconds = train_with_cpuft(spec, model, tokenizer, train)
     else:
         (precision, reason), step_seconds = train_with_trainer(spec, model, tokenizer, train)
+    steal = steal_fraction(ticks, read_ticks())
     scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
                       batch_size=128, precision=precision, metrics=("accuracy",),
                       regression=False)
@@ -195,6 +198,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "accuracy": scores["accuracy"],
         "flops_per_sample": flops_per_sample(model, mean_tokens),
         "step_seconds": step_seconds,
+        "steal_fraction": steal,
         "torch": torch.__version__,
     }
 
