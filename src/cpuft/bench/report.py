@@ -39,11 +39,15 @@ def verdicts(report: dict[str, Any]) -> list[str]:
         if "mfu" in entry:
             lines.append(f"{model}: cpuft model FLOPs utilisation {entry['mfu']:.1%}")
         for name, c in entry["configs"].items():
-            steal = max([c.get("steal_fraction", 0.0), *c.get("rounds_steal_fraction", [])])
-            if steal >= STEAL_WARN:
-                lines.append(f"{model}: {name} lost {steal:.0%} of the CPU time to other guests of "
-                             "this VM (steal) while it trained, so its speed reads low: rerun, "
-                             "or use --rounds")
+            per_round = c.get("rounds_steal_fraction") or [c.get("steal_fraction", 0.0)]
+            for i, steal in enumerate(per_round):
+                if steal < STEAL_WARN:
+                    continue
+                where = f" in round {i + 1} of {len(per_round)}" if len(per_round) > 1 else ""
+                advice = ("the median of the rounds' ratios damps it" if len(per_round) > 1
+                          else "rerun, or use --rounds")
+                lines.append(f"{model}: {name} lost {steal:.0%} of the CPU time to other guests "
+                             f"of this VM (steal){where}, so that run's speed reads low: {advice}")
     gf = report["matmul_gflops"]
     lines.append(f"matmul 2048x2048: bf16 {gf['bf16']:.0f} GFLOP/s, fp32 {gf['fp32']:.0f} GFLOP/s")
     return lines
