@@ -68,6 +68,7 @@ def test_bench_scaling_reports_efficiency(tmp_path):
     assert report["scaling_efficiency"] > 0 and 0 <= report["comm_fraction"] < 1
     assert report["scaling_efficiency_powersgd"] > 0
     assert all(0 <= c["accuracy"] <= 1 for c in report["configs"].values())
+    assert all(0 <= c["steal_fraction"] < 1 for c in report["configs"].values())
     assert report["rate"] == "1gbit"
     assert json.loads((tmp_path / "b" / "scaling.json").read_text()) == report
     assert (tmp_path / "b" / "scaling.png").stat().st_size > 0

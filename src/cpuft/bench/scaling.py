@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cpuft.bench.steal import STEAL_WARN, read_ticks, steal_fraction
 from cpuft.errors import CpuftError
 from cpuft.topology import read_topology
 
@@ -134,10 +135,15 @@ def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dic
             for name, nodes, compression in runs(opts.compressions):
                 say(f"scaling: {name} ({opts.steps} steps of {opts.global_batch}, links "
                     f"{opts.rate}{turn})")
+                ticks = read_ticks()
                 done = run_one(name, nodes, compression, opts, Path(tmp))
+                done["steal_fraction"] = steal_fraction(ticks, read_ticks())
                 per_round[name].append(done)
                 say(f"    {done['samples_per_second']:.1f} samples/s, comm "
-                    f"{done['comm_fraction']:.1%} of a step")
+                    f"{done['comm_fraction']:.1%} of a step, steal {done['steal_fraction']:.0%}")
+                if done["steal_fraction"] >= STEAL_WARN:
+                    say("    (other guests of this VM took that share of its CPU time during "
+                        "this run, so its speed reads low)")
         say(f"scaling: one core trains {max(opts.steps, 4)} global batches of "
             f"{opts.global_batch} whole, then as the 2 nodes' halves (the same samples)")
         halves = run_halves(opts)
