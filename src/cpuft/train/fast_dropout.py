@@ -1,16 +1,19 @@
 """Dropout whose mask costs a third of torch's on CPU.
 
 torch draws a CPU dropout mask one element at a time from a single-threaded Mersenne Twister;
-at fine-tuning sizes that was 20% of a MiniLM training step here. This draws 64 random bits per
-call and cuts each draw into four 16-bit numbers, so the generator runs a quarter as often. The
-keep probability is quantised to 1/65536 (p=0.1 drops 6554/65536 = 0.100006). Masks come from
-torch's global generator, so seeding and checkpointed RNG state still make runs repeatable.
+at fine-tuning sizes that was 20% of a MiniLM training step here. This cuts 64-bit random words
+into four 16-bit numbers each, and draws the words from numpy's SFC64 generator, which fills
+them ~3x faster than torch's Mersenne Twister (0.28 against 0.80 ms for a MiniLM hidden-state
+mask). The keep probability is quantised to 1/65536 (p=0.1 drops 6554/65536 = 0.100006). Each
+mask's SFC64 stream is seeded by one draw from torch's global generator, so seeding and
+checkpointed RNG state still make runs repeatable.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -20,9 +23,10 @@ ATTENTION_NAME = "cpuft_eager"
 def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
     """A boolean mask that is True with probability 1 - p (to 1/65536)."""
     n = shape.numel()
-    words = torch.randint(-(2**63), 2**63 - 1, (-(-n // 4),), dtype=torch.int64)
+    seed = int(torch.randint(0, 2**63 - 1, (1,), dtype=torch.int64))
+    words = np.random.SFC64(seed).random_raw(-(-n // 4)).view(np.int16)
     threshold = -32768 + round(p * 65536)
-    return words.view(torch.int16)[:n].view(shape) >= threshold
+    return torch.from_numpy(words[:n]).view(shape) >= threshold
 
 
 class _ScaledMask(torch.autograd.Function):
