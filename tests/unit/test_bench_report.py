@@ -161,3 +161,11 @@ def test_a_single_run_that_lost_cpu_is_flagged_with_advice():
     report["targets"] = {}
     assert "cpuft lost 12% of the CPU time to other guests of this VM (steal), so that run's " \
         "speed reads low: rerun, or use --rounds" in markdown(report)
+
+
+def test_peak_is_the_faster_matmul_measurement_per_format():
+    from cpuft.bench.runner import faster_matmul
+
+    before = {"bf16_gflops": 152.0, "fp32_gflops": 175.0, "seconds": 3.0}
+    after = {"bf16_gflops": 140.0, "fp32_gflops": 260.0}
+    assert faster_matmul(before, after) == {"bf16_gflops": 152.0, "fp32_gflops": 260.0}

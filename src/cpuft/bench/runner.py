@@ -127,6 +127,12 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
     return report
 
 
+def faster_matmul(*measured: dict[str, float]) -> dict[str, float]:
+    """Per number format, the fastest of the matmul measurements. A VM's speed drifts: a peak
+    taken in a slow moment would put the utilisation of a run in a fast one above 100%."""
+    return {key: max(m[key] for m in measured) for key in ("bf16_gflops", "fp32_gflops")}
+
+
 def median_run(done: list[dict[str, Any]]) -> dict[str, Any]:
     """The run of median speed among one configuration's rounds, with every round's speed."""
     if len(done) == 1:
@@ -142,8 +148,9 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
         raise CpuftError("--rounds must be at least 1")
     plan = make_plan(TrainConfig(max_seq_length=opts.max_seq_length), read_topology())
     cpuft_env = allocator_env(plan)
+    matmul_spec = RunSpec(config="matmul", model="-", steps=0, batch_size=0)
     say("measuring matmul FLOP/s (bf16, fp32)")
-    matmul = _run(RunSpec(config="matmul", model="-", steps=0, batch_size=0), cpuft_env)
+    matmul_before = _run(matmul_spec, cpuft_env)
     runs = plan_runs(opts)
     rounds: list[list[dict[str, Any]]] = [[] for _ in runs]
     for round_ in range(opts.rounds):
@@ -156,6 +163,8 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
                 f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}, "
                 f"steal {r['steal_fraction']:.0%}")
             rounds[i].append(r)
+    say("measuring matmul FLOP/s again (the faster of the two is the peak)")
+    matmul = faster_matmul(matmul_before, _run(matmul_spec, cpuft_env))
     results = [median_run(done) for done in rounds]
     by_model: dict[str, dict[str, dict[str, Any]]] = {}
     for spec, r in zip(runs, results, strict=True):
