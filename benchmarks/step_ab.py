@@ -23,10 +23,8 @@ import torch
 from cpuft.config import TrainConfig
 from cpuft.data.batching import Collator, TokenBatches
 from cpuft.data.prepare import encode, load_labelled
-from cpuft.optim import build_optimizer, clip_step
 from cpuft.speedups import make_plan
 from cpuft.topology import read_topology
-from cpuft.train.loop import autocast_for
 from cpuft.train.model_io import (
     apply_model_speedups,
     default_model_path,
@@ -35,6 +33,7 @@ from cpuft.train.model_io import (
 )
 from cpuft.train.precision import resolve_precision
 from cpuft.train.runtime import apply_plan
+from cpuft.train.step import TrainStep
 
 DEFAULT_VARIANTS = (
     "cpuft:",
@@ -69,26 +68,21 @@ def main() -> None:
     tokenizer = load_tokenizer(path)
     train = encode(data.texts["train"], data.labels["train"], tokenizer, 128)
     apply_plan(make_plan(TrainConfig(), read_topology()), pin_cores=True)
-    models = {}
+    steps: dict[str, TrainStep] = {}
     for name, overrides in variants.items():
         torch.manual_seed(0)
         model = load_classifier(path, data.label_map).train()
         plan = make_plan(TrainConfig(**overrides), read_topology())
         resolve_precision(plan, plan.precision)
         apply_model_speedups(model, plan)
-        optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.01, fused=True)
-        models[name] = (model, optimizer, plan.precision)
+        steps[name] = TrainStep(model, precision=plan.precision, bf16_weights=plan.bf16_weights)
     source = TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id), args.batch_size, 42)
     batches = [b for _, b in zip(range(args.batches), source.iterate(0), strict=False)]
-    seconds = dict.fromkeys(models, 0.0)
+    seconds = dict.fromkeys(steps, 0.0)
     for i, batch in enumerate(batches):
-        for name, (model, optimizer, precision) in models.items():
+        for name, step in steps.items():
             started = time.perf_counter()
-            with autocast_for(precision):
-                loss = model(**batch).loss
-            loss.backward()
-            clip_step(optimizer, model.parameters(), 1.0)
-            optimizer.zero_grad(set_to_none=True)
+            step(batch)
             if i >= WARMUP:
                 seconds[name] += time.perf_counter() - started
     first = next(iter(seconds))

@@ -100,6 +100,10 @@ class TrainConfig:
         True, "For classifiers that read only the first token (BERT family), compute the last "
         "layer for that token alone; the loss and gradients are unchanged.",
     )
+    bf16_weights: bool = _opt(
+        True, "With bf16: hold the weights (not the embeddings) in bf16 while training, with "
+        "fp32 masters in the optimizer, instead of fp32 weights cast at every use.",
+    )
     threads: int = _opt(0, "Intra-op threads; 0 means one per physical core.")
     pin_cores: bool = _opt(True, "Pin the process to one logical CPU per physical core.")
     allocator: str = _opt(

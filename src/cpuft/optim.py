@@ -12,13 +12,18 @@ import torch
 from torch import nn
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
+def param_groups(model: nn.Module, weight_decay: float,
+                 stand_in: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 ) -> list[dict[str, object]]:
+    """Decayed and not decayed parameters; ``stand_in(p)`` gives the tensor the optimizer
+    updates for ``p`` (an fp32 master of a bf16 weight, see cpuft.train.bf16_weights)."""
+    decay: list[torch.Tensor] = []
+    no_decay: list[torch.Tensor] = []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+        target = stand_in(p) if stand_in is not None else p
+        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(target)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
@@ -94,8 +99,9 @@ class AdamW(torch.optim.AdamW):
         p.index_copy_(0, rows, w)
 
 
-def build_optimizer(model: nn.Module, *, lr: float, weight_decay: float, fused: bool) -> AdamW:
-    return AdamW(param_groups(model, weight_decay), lr=lr, fused=fused or None)
+def build_optimizer(model: nn.Module, *, lr: float, weight_decay: float, fused: bool,
+                    stand_in: Callable[[torch.Tensor], torch.Tensor] | None = None) -> AdamW:
+    return AdamW(param_groups(model, weight_decay, stand_in), lr=lr, fused=fused or None)
 
 
 def grad_norm(params: Iterable[torch.Tensor]) -> torch.Tensor:

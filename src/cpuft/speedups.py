@@ -64,6 +64,9 @@ class SpeedPlan:
     first_token_layer: bool = True
     """The last layer computed for the first token only (see cpuft.train.first_token)."""
     first_token_layer_reason: str = ""
+    bf16_weights: bool = True
+    """With bf16: weights held in bf16, fp32 masters in the optimizer (cpuft.train.bf16_weights)."""
+    bf16_weights_reason: str = ""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -209,6 +212,15 @@ def allocator_env(plan: SpeedPlan, environ: dict[str, str] | None = None) -> dic
     return env
 
 
+def choose_bf16_weights(requested: bool, grad_compression: str) -> tuple[bool, str]:
+    """bf16 weights (used only when the run is bf16), with the reason."""
+    if not requested:
+        return False, "requested"
+    if grad_compression == "powersgd":
+        return False, "off with --grad-compression powersgd: its QR needs fp32 gradients"
+    return True, "on by default where the run is bf16: no weight or activation casts per use"
+
+
 def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
     """The speed-ups for a ``cpuft train`` run on this machine, each with its reason."""
     precision, precision_reason = choose_precision(cfg.precision, topo)
@@ -223,6 +235,8 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         compile_mode, compile_reason = choose_compile(
             cfg.compile, estimated_eager_seconds=None, measured_speedup=None, compile_seconds=None
         )
+    bf16_weights, bf16_weights_reason = choose_bf16_weights(cfg.bf16_weights,
+                                                            cfg.grad_compression)
     return SpeedPlan(
         cpu=topo.model_name,
         precision=precision,
@@ -244,4 +258,6 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         sparse_embeddings_reason="on by default" if cfg.sparse_embeddings else "requested",
         first_token_layer=cfg.first_token_layer,
         first_token_layer_reason="on by default" if cfg.first_token_layer else "requested",
+        bf16_weights=bf16_weights,
+        bf16_weights_reason=bf16_weights_reason,
     )

@@ -26,17 +26,23 @@ def losses(out):
     return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tiny_model, data_file, tmp_path):
+@pytest.mark.parametrize("precision", [["--precision", "fp32"], ["--precision", "bf16"],
+                                       ["--precision", "bf16", "--no-bf16-weights"]],
+                         ids=["fp32", "bf16-weights", "bf16-autocast"])
+def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tiny_model, data_file, tmp_path,
+                                                              precision):
     whole, split = tmp_path / "whole", tmp_path / "split"
-    assert main(train_args(tiny_model, data_file, whole, "--max-steps", "8")) == 0
-    assert main(train_args(tiny_model, data_file, split, "--max-steps", "6")) == 0
-    assert main(train_args(tiny_model, data_file, split, "--max-steps", "8", "--resume")) == 0
+    assert main(train_args(tiny_model, data_file, whole, "--max-steps", "8", *precision)) == 0
+    assert main(train_args(tiny_model, data_file, split, "--max-steps", "6", *precision)) == 0
+    assert main(train_args(tiny_model, data_file, split, "--max-steps", "8", "--resume",
+                           *precision)) == 0
     expected = losses(whole)
     assert len(expected) == 8 and len(set(expected)) > 1
     # 40 training rows in batches of 8: the resume point (step 6) is inside the second epoch.
     assert losses(split) == pytest.approx(expected, abs=1e-6)
     summary = json.loads((split / "summary.json").read_text())
     assert summary["steps"] == 8 and summary["resumed_from"].endswith("checkpoint-6")
+    assert summary["speedups"]["bf16_weights"] is ("--no-bf16-weights" not in precision)
 
 
 def test_outputs_and_summary(tiny_model, data_file, tmp_path):

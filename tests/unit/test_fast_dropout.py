@@ -1,7 +1,14 @@
+import pytest
 import torch
 from torch import nn
 
-from cpuft.train.fast_dropout import FastDropout, fast_dropout, keep_mask, swap_dropout
+from cpuft.train.fast_dropout import (
+    FastDropout,
+    fast_dropout,
+    keep_mask,
+    scaled_keep_mask,
+    swap_dropout,
+)
 
 
 def test_keep_rate_and_scale():
@@ -60,3 +67,16 @@ def test_cpuft_attention_masks_padding(tmp_path):
     mask = torch.tensor([[1, 1, 1, 1, 0, 0, 0]])
     padded = model(input_ids=padded_ids, attention_mask=mask).logits
     assert torch.allclose(alone, padded, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_scaled_mask_is_the_keep_mask_times_the_scale_in_its_dtype(dtype):
+    shape = torch.Size([5, 7, 33])
+    torch.manual_seed(3)
+    keep = keep_mask(shape, 0.1)
+    torch.manual_seed(3)
+    mask = scaled_keep_mask(shape, 0.1, dtype)
+    assert mask.dtype == dtype and mask.shape == shape
+    expected = keep.to(dtype) * torch.tensor(1 / 0.9, dtype=dtype)
+    assert torch.equal(mask, expected)
+    assert 0 < int(keep.sum()) < shape.numel()

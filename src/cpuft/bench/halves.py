@@ -40,7 +40,6 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
     from cpuft.config import TrainConfig
     from cpuft.data.batching import Collator, epoch_batches, shard
     from cpuft.data.prepare import encode, load_labelled
-    from cpuft.optim import build_optimizer, clip_step
     from cpuft.speedups import make_plan
     from cpuft.topology import read_topology
     from cpuft.train.model_io import (
@@ -49,6 +48,8 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
         load_tokenizer,
         resolve_model,
     )
+    from cpuft.train.precision import resolve_precision
+    from cpuft.train.step import TrainStep
 
     os.sched_setaffinity(0, {spec.core})
     torch.set_num_threads(1)
@@ -58,16 +59,17 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
     train = encode(data.texts["train"], data.labels["train"], tokenizer, spec.max_seq_length)
     torch.manual_seed(0)
     model = load_classifier(path, data.label_map).train()
-    apply_model_speedups(model, make_plan(TrainConfig(), read_topology()))
-    optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.01, fused=True)
+    speedups = make_plan(TrainConfig(), read_topology())
+    resolve_precision(speedups, "auto")  # as the nodes' runs settle it
+    apply_model_speedups(model, speedups)
+    train_step = TrainStep(model, precision=speedups.precision,
+                           bf16_weights=speedups.bf16_weights)
     collate = Collator(pad_id=tokenizer.pad_token_id)
     plan = epoch_batches(train.lengths, spec.global_batch, seed=42, epoch=0)[: spec.batches]
 
     def step(batch: dict[str, torch.Tensor]) -> float:
         started = time.perf_counter()
-        model(**batch).loss.backward()
-        clip_step(optimizer, model.parameters(), 1.0)
-        optimizer.zero_grad(set_to_none=True)
+        train_step(batch)
         return time.perf_counter() - started
 
     whole = halves = 0.0

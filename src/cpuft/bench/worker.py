@@ -154,7 +154,8 @@ def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
                           spec.seed)
     result = fit(model, source, FitConfig(
         total_steps=spec.steps, lr=spec.lr, weight_decay=spec.weight_decay,
-        precision=plan.precision, fused_optimizer=True, log_steps=spec.steps,
+        precision=plan.precision, bf16_weights=plan.bf16_weights, fused_optimizer=True,
+        log_steps=spec.steps,
         compile=spec.config == "cpuft-compile",
     ))
     return (plan.precision, plan.precision_reason), result.step_seconds

@@ -77,6 +77,11 @@ class DistContext:
             p.grad = grad.coalesce() / world
         return time.perf_counter() - started
 
+    def broadcast_from_main(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Give every rank rank 0's values of ``tensors`` (in place)."""
+        for t in tensors:
+            dist.broadcast(t, src=0)
+
     def all_reduce_sum(self, values: list[float]) -> list[float]:
         t = torch.tensor(values, dtype=torch.float64)
         dist.all_reduce(t)

@@ -1,4 +1,4 @@
-"""Dropout whose mask costs a third of torch's on CPU.
+"""Dropout whose mask costs a tenth of torch's on CPU.
 
 torch draws a CPU dropout mask one element at a time from a single-threaded Mersenne Twister;
 at fine-tuning sizes that was 20% of a MiniLM training step here. This cuts 64-bit random words
@@ -7,10 +7,17 @@ them ~3x faster than torch's Mersenne Twister (0.28 against 0.80 ms for a MiniLM
 mask). The keep probability is quantised to 1/65536 (p=0.1 drops 6554/65536 = 0.100006). Each
 mask's SFC64 stream is seeded by one draw from torch's global generator, so seeding and
 checkpointed RNG state still make runs repeatable.
+
+The scaled mask is made in numpy too: its SIMD compare gives the keep flags, and one multiply
+of the flags by the bit pattern of 1/(1-p) in the activations' dtype gives the mask, which
+is then viewed as that dtype. torch's int16 compare and its bool-to-float conversion are not
+vectorised on CPU: for a [32, 40, 384] bf16 mask they took 0.18 and 0.40 ms, against 0.06 ms
+for both numpy passes.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -20,13 +27,40 @@ from torch import nn
 ATTENTION_NAME = "cpuft_eager"
 
 
+def _words(n: int) -> np.ndarray:
+    """n uniform 16-bit integers (as int16) from an SFC64 stream seeded by torch's generator."""
+    seed = int(torch.randint(0, 2**63 - 1, (1,), dtype=torch.int64))
+    return np.random.SFC64(seed).random_raw(-(-n // 4)).view(np.int16)[:n]
+
+
+def _threshold(p: float) -> int:
+    """Words at or above it are kept: 65536 * (1 - p) of the 65536 values (to 1/65536)."""
+    return -32768 + round(p * 65536)
+
+
 def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
     """A boolean mask that is True with probability 1 - p (to 1/65536)."""
-    n = shape.numel()
-    seed = int(torch.randint(0, 2**63 - 1, (1,), dtype=torch.int64))
-    words = np.random.SFC64(seed).random_raw(-(-n // 4)).view(np.int16)
-    threshold = -32768 + round(p * 65536)
-    return torch.from_numpy(words[:n]).view(shape) >= threshold
+    return torch.from_numpy(np.greater_equal(_words(shape.numel()), _threshold(p))).view(shape)
+
+
+_SAME_WIDTH: dict[int, tuple[type[np.signedinteger[Any]], torch.dtype]] = {
+    2: (np.int16, torch.int16), 4: (np.int32, torch.int32), 8: (np.int64, torch.int64)}
+
+
+@functools.cache
+def _scale_bits(p: float, dtype: torch.dtype) -> np.signedinteger[Any]:
+    """1/(1-p) in ``dtype``, as the integer of the same width with the same bits."""
+    np_int, torch_int = _SAME_WIDTH[torch.empty((), dtype=dtype).element_size()]
+    return np_int(torch.tensor(1.0 / (1.0 - p), dtype=dtype).view(torch_int).item())
+
+
+def scaled_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.Tensor:
+    """A ``dtype`` mask of 0 and 1/(1-p), kept with probability 1 - p: ``keep_mask`` with the
+    same draws, scaled. Made as bit patterns: 0 is all zero bits, so the mask is the keep flags
+    times the bits of 1/(1-p)."""
+    bits = _scale_bits(p, dtype)
+    keep = np.greater_equal(_words(shape.numel()), _threshold(p))
+    return torch.from_numpy(np.multiply(keep, bits, dtype=type(bits))).view(dtype).view(shape)
 
 
 class _ScaledMask(torch.autograd.Function):
@@ -36,7 +70,7 @@ class _ScaledMask(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
-        mask = keep_mask(x.shape, p).to(x.dtype).mul_(1.0 / (1.0 - p))
+        mask = scaled_keep_mask(x.shape, p, x.dtype)
         ctx.save_for_backward(mask)
         return x * mask
 

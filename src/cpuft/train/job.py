@@ -198,6 +198,7 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
             max_grad_norm=cfg.max_grad_norm,
             grad_accum=cfg.grad_accum,
             precision=plan.precision,
+            bf16_weights=plan.bf16_weights,
             fused_optimizer=plan.fused_optimizer,
             compile=plan.compile == "on",
             output_dir=out,

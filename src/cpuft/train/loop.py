@@ -23,6 +23,7 @@ from cpuft.dist.group import DistContext
 from cpuft.errors import CpuftError
 from cpuft.metrics import MetricLogger
 from cpuft.optim import build_optimizer, clip_step, constant_schedule, linear_schedule
+from cpuft.train.bf16_weights import Bf16Weights
 from cpuft.train.checkpoint import load_checkpoint, save_checkpoint
 
 Batch = dict[str, torch.Tensor]
@@ -51,7 +52,11 @@ class FitConfig:
     max_grad_norm: float = 1.0
     grad_accum: int = 1
     precision: str = "fp32"
-    """'bf16' (autocast, fp32 master weights) or 'fp32'."""
+    """'bf16' (autocast; see bf16_weights) or 'fp32'."""
+    bf16_weights: bool = False
+    """With bf16: the weights (not the embeddings) held in bf16 during training, fp32 masters
+    in the optimizer (cpuft.train.bf16_weights); otherwise fp32 weights that autocast casts at
+    each use. Needs a model whose layers take bf16 inputs (transformers models do)."""
     fused_optimizer: bool = True
     compile: bool = False
     output_dir: Path | None = None
@@ -156,9 +161,25 @@ def fit(
     """
     loss_fn = loss_fn or default_loss
     logger = logger or MetricLogger()
+    state = load_checkpoint(config.resume_from) if config.resume_from is not None else None
+    if state is not None:
+        model.load_state_dict(state["model"])  # while fp32, so that masters start exact
+    weights = Bf16Weights(model) if config.precision == "bf16" and config.bf16_weights else None
+    try:
+        return _fit(model, source, config, loss_fn, logger, dist, state, weights)
+    finally:
+        if weights is not None:
+            weights.restore()
+
+
+def _fit(model: nn.Module, source: BatchSource, config: FitConfig, loss_fn: LossFn,
+         logger: MetricLogger, dist: DistContext | None, state: dict[str, Any] | None,
+         weights: Bf16Weights | None) -> FitResult:
     optimizer = build_optimizer(
-        model, lr=config.lr, weight_decay=config.weight_decay, fused=config.fused_optimizer
+        model, lr=config.lr, weight_decay=config.weight_decay, fused=config.fused_optimizer,
+        stand_in=weights.master if weights is not None else None,
     )
+    trained = [p for group in optimizer.param_groups for p in group["params"]]
     if config.lr_schedule == "linear":
         scheduler = linear_schedule(
             optimizer, warmup_steps=config.warmup_steps, total_steps=config.total_steps
@@ -169,9 +190,7 @@ def fit(
         raise CpuftError(f"unknown lr schedule {config.lr_schedule!r}: use linear or constant")
 
     step, epoch, position = 0, 0, 0
-    if config.resume_from is not None:
-        state = load_checkpoint(config.resume_from)
-        model.load_state_dict(state["model"])
+    if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
@@ -191,7 +210,7 @@ def fit(
         if config.output_dir is not None and main_rank and step != saved_step:
             saved_step = step
             save_checkpoint(config.output_dir, step, {
-                "model": model.state_dict(),
+                "model": weights.state_dict() if weights is not None else model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
                 "rng": torch.get_rng_state(),
@@ -206,6 +225,8 @@ def fit(
 
         forward_model = wrap_model(model, dist, bucket_cap_mb=config.bucket_cap_mb,
                                    grad_compression=config.grad_compression)
+        if weights is not None:  # DDP gave every rank rank 0's bf16 weights; now the masters
+            dist.broadcast_from_main(weights.masters)
     if config.compile:
         forward_model = torch.compile(forward_model)  # type: ignore[assignment]
     model.train()
@@ -240,13 +261,17 @@ def fit(
                             result.comm_wait_seconds += dist.take_hook_seconds()
                             if dist.sparse_params:
                                 result.comm_wait_seconds += dist.reduce_sparse_grads()
+                        if weights is not None and sync:
+                            weights.fold_grads()
                         step_loss += float(loss.detach()) / group
                         samples, tokens = _batch_counts(batch)
                         window["samples"] += samples
                         window["tokens"] += tokens
                         result.samples += samples
                         result.tokens += tokens
-                    clip_step(optimizer, model.parameters(), config.max_grad_norm)
+                    clip_step(optimizer, trained, config.max_grad_norm)
+                    if weights is not None:
+                        weights.publish()
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
                     position += group

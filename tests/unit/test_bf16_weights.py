@@ -1,0 +1,109 @@
+import copy
+
+import pytest
+import torch
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    DistilBertConfig,
+    DistilBertForSequenceClassification,
+    MPNetConfig,
+    MPNetForSequenceClassification,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+)
+
+from cpuft.optim import build_optimizer
+from cpuft.train.bf16_weights import Bf16Weights
+
+SMALL = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+             intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+FAMILIES = {
+    "bert": lambda: BertForSequenceClassification(BertConfig(**SMALL)),
+    "roberta": lambda: RobertaForSequenceClassification(RobertaConfig(**SMALL)),
+    "mpnet": lambda: MPNetForSequenceClassification(MPNetConfig(**SMALL)),
+    "distilbert": lambda: DistilBertForSequenceClassification(DistilBertConfig(
+        vocab_size=60, dim=32, n_layers=2, n_heads=4, hidden_dim=64, dropout=0.0,
+        attention_dropout=0.0)),
+}
+
+
+def batch() -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 60, (4, 9), generator=gen)
+    mask = torch.ones(4, 9, dtype=torch.long)
+    mask[1, 5:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1, 1, 0])}
+
+
+def backward(model: torch.nn.Module) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(**batch()).loss
+    loss.backward()
+    return loss.detach()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_weights_train_in_bf16_and_the_masters_stay_fp32(family):
+    torch.manual_seed(0)
+    model = FAMILIES[family]()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    weights = Bf16Weights(model)
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    for name, p in model.named_parameters():
+        expected = torch.float32 if id(p) in tables else torch.bfloat16
+        assert p.dtype == expected, name
+        assert torch.equal(weights.master(p), before[name])  # the masters are the fp32 values
+    loss = backward(model)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)  # autocast keeps the loss fp32
+    low = dict(zip(weights.low, weights.masters, strict=True))
+    grads = {p: p.grad.clone() for p in low}
+    assert all(g.dtype == torch.bfloat16 for g in grads.values())
+    weights.fold_grads()
+    backward(model)
+    second = {p: p.grad.clone() for p in low}
+    weights.fold_grads()  # a second micro-batch adds to the first in fp32
+    for p, master in low.items():
+        assert p.grad is None and master.grad.dtype == torch.float32
+        assert torch.equal(master.grad, grads[p].float() + second[p].float())
+
+
+def test_publish_copies_the_masters_and_state_dict_and_restore_give_fp32():
+    torch.manual_seed(0)
+    model = FAMILIES["bert"]()
+    weights = Bf16Weights(model)
+    optimizer = build_optimizer(model, lr=1e-2, weight_decay=0.0, fused=True,
+                                stand_in=weights.master)
+    assert all(p.dtype == torch.float32 for g in optimizer.param_groups for p in g["params"])
+    backward(model)
+    weights.fold_grads()
+    optimizer.step()
+    weights.publish()
+    for p, master in zip(weights.low, weights.masters, strict=True):
+        assert torch.equal(p.detach(), master.bfloat16())
+    state = weights.state_dict()
+    assert all(v.dtype != torch.bfloat16 for v in state.values())
+    pairs = [(p, m.clone()) for p, m in zip(weights.low, weights.masters, strict=True)]
+    weights.restore()
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert pairs and all(torch.equal(p, m) for p, m in pairs)
+    assert torch.equal(model.classifier.weight, state["classifier.weight"])
+    embeddings = model.bert.embeddings.word_embeddings
+    assert embeddings(torch.tensor([1, 2])).dtype == torch.float32  # its hook is gone
+
+
+def test_loss_and_gradients_match_autocast_to_bf16_rounding():
+    torch.manual_seed(0)
+    autocast = FAMILIES["bert"]()
+    ours = copy.deepcopy(autocast)
+    weights = Bf16Weights(ours)
+    expected = backward(autocast)
+    loss = backward(ours)
+    weights.fold_grads()
+    assert float(loss) == pytest.approx(float(expected), rel=2e-2)
+    for (name, a), b in zip(autocast.named_parameters(), ours.parameters(), strict=True):
+        got = weights.master(b).grad
+        if got is None or float(a.grad.norm()) < 1e-6:
+            continue
+        cosine = torch.nn.functional.cosine_similarity(a.grad.flatten(), got.flatten(), dim=0)
+        assert cosine > 0.98, f"{name}: {float(cosine)}"
