@@ -1,6 +1,7 @@
 """The train command end to end on a tiny random-init BERT: train, resume, errors."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -144,3 +145,15 @@ def test_resume_refuses_settings_that_would_make_another_run(tiny_model, data_fi
     assert losses(out) and len(losses(out)) == 2  # the run on disk is untouched
     assert main(train_args(tiny_model, data_file, out, "--max-steps", "4", "--resume",
                            "--log-steps", "2")) == 0  # steps and logging may change
+
+
+@pytest.mark.slow
+def test_compile_on_trains_with_every_speed_up(tiny_model, data_file, tmp_path):
+    # bf16 weights, cpuft's dropout (its numpy-made masks are a graph break) and attention.
+    out = tmp_path / "compiled"
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "3", "--compile", "on",
+                           "--precision", "bf16")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["compile"] == "on" and summary["steps"] == 3
+    assert summary["speedups"]["bf16_weights"] is True and summary["speedups"]["fast_dropout"]
+    assert len(losses(out)) == 3 and all(math.isfinite(x) for x in losses(out))

@@ -5,6 +5,7 @@ from cpuft.speedups import (
     SpeedPlan,
     allocator_env,
     choose_allocator,
+    choose_bf16_weights,
     choose_compile,
 )
 
@@ -43,3 +44,11 @@ def test_compile_pays_only_when_saving_beats_cost():
                           compile_seconds=75)[0] == "off"
     assert choose_compile("on", estimated_eager_seconds=None, measured_speedup=None,
                           compile_seconds=None) == ("on", "requested")
+
+
+def test_bf16_weights_on_by_default_off_on_request_or_with_powersgd():
+    assert choose_bf16_weights(True, "none")[0] is True
+    assert choose_bf16_weights(True, "bf16")[0] is True
+    assert choose_bf16_weights(False, "none") == (False, "requested")
+    on, reason = choose_bf16_weights(True, "powersgd")
+    assert on is False and "powersgd" in reason

@@ -54,6 +54,9 @@ def _scale_bits(p: float, dtype: torch.dtype) -> np.signedinteger[Any]:
     return np_int(torch.tensor(1.0 / (1.0 - p), dtype=dtype).view(torch_int).item())
 
 
+# Under torch.compile the mask is made eagerly (a graph break): dynamo cannot trace numpy's
+# generator, nor the multiply that makes the bit patterns.
+@torch.compiler.disable
 def scaled_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.Tensor:
     """A ``dtype`` mask of 0 and 1/(1-p), kept with probability 1 - p: ``keep_mask`` with the
     same draws, scaled. Made as bit patterns: 0 is all zero bits, so the mask is the keep flags
