@@ -1,4 +1,5 @@
-"""Dropout whose mask costs a tenth of torch's on CPU.
+"""Dropout several times cheaper than torch's on CPU (a bf16 [32, 40, 384] forward: 0.46 against
+3.3 ms on Zen 4).
 
 torch draws a CPU dropout mask one element at a time from a single-threaded Mersenne Twister;
 at fine-tuning sizes that was 20% of a MiniLM training step here. This cuts 64-bit random words
