@@ -116,7 +116,10 @@ class TrainConfig:
         "auto", "Collective backend: auto (ccl where its binding imports, mpi under mpirun when "
         "torch has it, else gloo), gloo, mpi or ccl.", choices=("auto", "gloo", "mpi", "ccl"),
     )
-    bucket_cap_mb: float = _opt(25.0, "DDP gradient bucket size in MB.")
+    bucket_cap_mb: float = _opt(
+        0.0, "DDP gradient bucket size in MB; 0 means 25 for fp32 gradients and 12.5 for bf16 "
+        "(the same number of gradients per bucket).",
+    )
     grad_compression: str = _opt(
         "none", "Gradients sent as they are, as bf16 (half the bytes), or as powersgd: rank-4 "
         "PowerSGD with error feedback (far fewer bytes, an approximation; plain all-reduce for "
@@ -141,7 +144,7 @@ class TrainConfig:
             (self.weight_decay >= 0, "--weight-decay must be 0 or positive"),
             (self.max_grad_norm >= 0, "--max-grad-norm must be 0 (no clipping) or positive"),
             (self.threads >= 0, "--threads must be 0 (one per physical core) or positive"),
-            (self.bucket_cap_mb > 0, "--bucket-cap-mb must be positive"),
+            (self.bucket_cap_mb >= 0, "--bucket-cap-mb must be 0 (by gradient type) or positive"),
             (len(self.text_columns) <= 2, "--text-columns takes one or two columns"),
         ]
         for ok, message in checks:

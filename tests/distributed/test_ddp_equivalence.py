@@ -53,6 +53,7 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path, embeddings):
     assert 0 <= summary["step_time_split"]["comm_wait_fraction"] < 1
     assert summary["train_samples"] == 72 and summary["steps"] == 6
     assert summary["speedups"]["sparse_embeddings"] is (embeddings == "--sparse-embeddings")
+    assert summary["bucket_cap_mb"] == 25.0  # DDP's default, for fp32 gradients
 
 
 @pytest.mark.multiprocess
@@ -110,3 +111,5 @@ def test_two_ranks_in_bf16_weights_train_what_one_process_trains(tmp_path):
     assert float(apart.mean()) < 0.1 * float(moved.mean())
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["speedups"]["bf16_weights"] is True and summary["world_size"] == 2
+    # bf16 gradients (but the fp32 position embeddings'): buckets of about half the bytes
+    assert 12.5 <= summary["bucket_cap_mb"] < 20

@@ -43,17 +43,22 @@ def test_launch_over_namespaced_hosts(tmp_path, nodes):
     assert "cannot be retrieved" not in proc.stdout + proc.stderr
 
 
-@pytest.mark.slow
-def test_bench_scaling_reports_efficiency(tmp_path):
+def _scaling_report(tmp_path, *flags):
+    """Run ``cpuft bench --scaling`` on a tiny model, 4 steps of 8; its JSON report."""
     model = make_tiny_model(tmp_path / "model")
     proc = subprocess.run(
         [sys.executable, "-m", "cpuft", "bench", "--scaling", "--models", str(model),
-         "--steps", "4", "--global-batch", "8", "--max-seq-length", "32", "--rate", "1gbit",
-         "--output-dir", str(tmp_path / "b")],
+         "--steps", "4", "--global-batch", "8", "--max-seq-length", "32",
+         "--output-dir", str(tmp_path / "b"), *flags],
         capture_output=True, text=True, env=cpuft_env(), timeout=600, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_bench_scaling_reports_efficiency(tmp_path):
+    report = _scaling_report(tmp_path, "--rate", "1gbit")
     assert set(report["configs"]) == {"1-node", "2-nodes", "2-nodes-bf16", "2-nodes-powersgd"}
     halves = report["batch_halves"]
     assert halves["whole_seconds"] > 0 and halves["halves_seconds"] > 0
@@ -72,6 +77,18 @@ def test_bench_scaling_reports_efficiency(tmp_path):
     assert report["rate"] == "1gbit"
     assert json.loads((tmp_path / "b" / "scaling.json").read_text()) == report
     assert (tmp_path / "b" / "scaling.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_bench_scaling_with_accumulation_splits_each_step_into_micro_batches(tmp_path):
+    report = _scaling_report(tmp_path, "--grad-accum", "2", "--compressions", "none")
+    assert (report["global_batch"], report["grad_accum"]) == (8, 2)
+    one, two = report["configs"]["1-node"], report["configs"]["2-nodes"]
+    # 8 samples a step: 1 node as 2 micro-batches of 4, each of 2 nodes as 2 of 2
+    assert (one["batch_size"], one["grad_accum"]) == (4, 2)
+    assert (two["batch_size"], two["grad_accum"]) == (2, 2)
+    assert report["batch_halves"]["grad_accum"] == 2
+    assert report["batch_halves"]["whole_seconds"] > 0
 
 
 def test_a_rank_killed_on_one_host_stops_every_host(tmp_path):

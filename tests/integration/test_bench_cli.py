@@ -38,6 +38,8 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
     (["--models", "minilm,nosuch"], "'nosuch' is neither minilm, bert-base nor a model folder"),
     (["--scaling", "--rate", "fast"], "--rate 'fast': give a tc rate"),
     (["--scaling", "--global-batch", "0"], "--global-batch must be even and at least 2"),
+    (["--scaling", "--global-batch", "8", "--grad-accum", "3"],
+     "--grad-accum 3: --global-batch 8 must split into that many micro-batches"),
     (["--output-dir", "{file}/b"], "is a file, not a folder"),
     (["--output-dir", "/proc/cpuft-bench"], "cannot write in /proc"),
     (["--models", "{tiny}", "--max-seq-length", "128"],

@@ -47,7 +47,7 @@ def test_bad_config_files(tmp_path, text, message):
 
 @pytest.mark.parametrize("flag, value", [
     ("--batch-size", "0"), ("--weight-decay", "-1"), ("--max-grad-norm", "-1"),
-    ("--threads", "-2"), ("--bucket-cap-mb", "0"),
+    ("--threads", "-2"), ("--bucket-cap-mb", "-1"),
 ])
 def test_invalid_values_rejected(flag, value):
     with pytest.raises(CpuftError, match=f"{flag} must be"):

@@ -2,7 +2,8 @@
 
 On 2 nodes each trains half of every global batch. This worker trains the same samples both
 ways on one core and one thread, in turns: each global batch once whole, then as the two halves
-the 2 ranks would get (``cpuft.data.batching.shard``). The ratio of the times is the most 2
+the 2 ranks would get (``cpuft.data.batching.shard``); with ``grad_accum`` each step is that
+many micro-batches, as ``fit`` takes them. The ratio of the times is the most 2
 nodes can reach with free communication and nothing shared between them.
 
     python -m cpuft.bench.halves '{"global_batch": 32}'    # prints one JSON document
@@ -25,8 +26,11 @@ class HalvesSpec:
     model: str = ""
     """A model folder; empty means the default model."""
     global_batch: int = 32
+    """Samples per optimizer step, over all nodes."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step."""
     batches: int = 33
-    """Global batches to train both ways (the first few are warm-up)."""
+    """Global batches (optimizer steps) to train both ways (the first few are warm-up)."""
     core: int = 0
     max_seq_length: int = 128
 
@@ -65,20 +69,25 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
     train_step = TrainStep(model, precision=speedups.precision,
                            bf16_weights=speedups.bf16_weights)
     collate = Collator(pad_id=tokenizer.pad_token_id)
-    plan = epoch_batches(train.lengths, spec.global_batch, seed=42, epoch=0)[: spec.batches]
+    # fit's plan: micro-batches of global_batch / grad_accum, grad_accum of them per step
+    accum = spec.grad_accum
+    micro = epoch_batches(train.lengths, spec.global_batch // accum, seed=42, epoch=0)
+    plan = [micro[i : i + accum] for i in range(0, spec.batches * accum, accum)]
+    plan = [group for group in plan if len(group) == accum]
 
-    def step(batch: dict[str, torch.Tensor]) -> float:
+    def step(batches: list[dict[str, torch.Tensor]]) -> float:
         started = time.perf_counter()
-        train_step(batch)
+        train_step(*batches)
         return time.perf_counter() - started
 
     whole = halves = 0.0
-    for i, indices in enumerate(plan):
-        a = step(collate(train, indices))
-        b = sum(step(collate(train, shard(indices, r, 2))) for r in range(2))
+    for i, group in enumerate(plan):
+        a = step([collate(train, indices) for indices in group])
+        b = sum(step([collate(train, shard(indices, r, 2)) for indices in group])
+                for r in range(2))
         if i >= min(WARMUP, len(plan) - 1):
             whole, halves = whole + a, halves + b
-    return {"global_batch": spec.global_batch, "whole_seconds": whole,
+    return {"global_batch": spec.global_batch, "grad_accum": accum, "whole_seconds": whole,
             "halves_seconds": halves, "ceiling": whole / halves}
 
 

@@ -36,6 +36,11 @@ class ScalingOptions:
     """Gradient compressions run on 2 nodes ('none' always is)."""
     rounds: int = 1
     """Times every run is repeated, in turns; efficiencies are medians of each round's own."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step on every node: each micro-batch is global_batch /
+    grad_accum samples, split over the nodes."""
+    bucket_cap_mb: float = 0.0
+    """DDP's gradient bucket size on 2 nodes; 0 leaves cpuft train's default."""
 
 
 def runs(compressions: tuple[str, ...]) -> list[tuple[str, int, str]]:
@@ -57,7 +62,9 @@ def _train_args(opts: ScalingOptions, batch: int, compression: str, out: Path) -
     train = ["--max-steps", str(opts.steps), "--batch-size", str(batch),
              "--grad-compression", compression, "--output-dir", str(out), "--no-progress",
              "--log-steps", str(opts.steps), "--overwrite",
-             "--max-seq-length", str(opts.max_seq_length)]
+             "--max-seq-length", str(opts.max_seq_length), "--grad-accum", str(opts.grad_accum)]
+    if opts.bucket_cap_mb:
+        train += ["--bucket-cap-mb", str(opts.bucket_cap_mb)]
     return train + (["--model", opts.model] if opts.model else [])
 
 
@@ -70,7 +77,7 @@ def run_one(name: str, nodes: int, compression: str, opts: ScalingOptions,
 
     cores = read_topology().first_thread_per_core()
     out = workdir / name
-    train = _train_args(opts, opts.global_batch // nodes, compression, out)
+    train = _train_args(opts, opts.global_batch // opts.grad_accum // nodes, compression, out)
     with namespace_cluster(nodes, rate=opts.rate) as cluster:
         hostfile = workdir / f"{name}.hosts"
         hostfile.write_text("".join(f"{h}\n" for h in cluster.hosts))
@@ -93,7 +100,7 @@ def run_halves(opts: ScalingOptions) -> dict[str, Any]:
     from cpuft.launch.workers import run_worker
     from cpuft.speedups import allocator_env, make_plan
 
-    spec = HalvesSpec(model=opts.model, global_batch=opts.global_batch,
+    spec = HalvesSpec(model=opts.model, global_batch=opts.global_batch, grad_accum=opts.grad_accum,
                       batches=max(opts.steps, 4), core=read_topology().first_thread_per_core()[0],
                       max_seq_length=opts.max_seq_length)
     env = allocator_env(make_plan(TrainConfig(), read_topology())) | {"OMP_NUM_THREADS": "1"}
@@ -114,6 +121,8 @@ def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, 
     return {
         "nodes": nodes,
         "grad_compression": compression,
+        "batch_size": summary["batch_size"],
+        "grad_accum": summary["grad_accum"],
         "accuracy": summary["eval"].get("accuracy"),
         "samples_per_second": summary["steady_samples_per_second"],
         "tokens_per_second": summary["steady_tokens_per_second"],
@@ -125,15 +134,19 @@ def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, 
 def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
     if opts.global_batch < 2 or opts.global_batch % 2:
         raise CpuftError("--global-batch must be even and at least 2 (it is split over 2 nodes)")
+    if opts.grad_accum < 1 or opts.global_batch % (2 * opts.grad_accum):
+        raise CpuftError(f"--grad-accum {opts.grad_accum}: --global-batch {opts.global_batch} "
+                         "must split into that many micro-batches on each of 2 nodes")
     if opts.rounds < 1:
         raise CpuftError("--rounds must be at least 1")
     per_round: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in
                                                   runs(opts.compressions)}
+    accum = (f" in {opts.grad_accum} micro-batches" if opts.grad_accum > 1 else "")
     with tempfile.TemporaryDirectory(prefix="cpuft-scaling-") as tmp:
         for round_ in range(opts.rounds):
             turn = f", round {round_ + 1}/{opts.rounds}" if opts.rounds > 1 else ""
             for name, nodes, compression in runs(opts.compressions):
-                say(f"scaling: {name} ({opts.steps} steps of {opts.global_batch}, links "
+                say(f"scaling: {name} ({opts.steps} steps of {opts.global_batch}{accum}, links "
                     f"{opts.rate}{turn})")
                 ticks = read_ticks()
                 done = run_one(name, nodes, compression, opts, Path(tmp))
@@ -174,6 +187,7 @@ def summarise(per_round: dict[str, list[dict[str, Any]]], halves: dict[str, Any]
     report: dict[str, Any] = {
         "rate": opts.rate,
         "global_batch": opts.global_batch,
+        "grad_accum": opts.grad_accum,
         "steps": opts.steps,
         "rounds": opts.rounds,
         "configs": configs,

@@ -43,9 +43,15 @@ def register(sub: Any) -> None:
     s.add_argument("--scaling", action="store_true",
                    help="1 node against 2 nodes on the same global batch, each node one core")
     s.add_argument("--rate", default="10gbit", help="each node's link rate, shaped with tc")
-    s.add_argument("--global-batch", type=int, default=32)
+    s.add_argument("--global-batch", type=int, default=32,
+                   help="samples per optimizer step, over all nodes")
     s.add_argument("--compressions", default="none,bf16,powersgd",
                    help="gradient compressions to run on 2 nodes (none, bf16, powersgd)")
+    s.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per optimizer step on every node (the global batch is "
+                        "split into this many, then over the nodes)")
+    s.add_argument("--bucket-cap-mb", type=float, default=0.0,
+                   help="DDP gradient bucket size on 2 nodes (default: cpuft train's)")
     p.set_defaults(handler=run)
 
 
@@ -63,7 +69,8 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
     opts = ScalingOptions(rate=args.rate, global_batch=args.global_batch,
                           steps=args.steps or (20 if args.quick else 40),
                           model=models[0] if models else "", max_seq_length=args.max_seq_length,
-                          compressions=compressions, rounds=args.rounds)
+                          compressions=compressions, rounds=args.rounds,
+                          grad_accum=args.grad_accum, bucket_cap_mb=args.bucket_cap_mb)
     report = run_scaling(opts)
     out = Path(args.output_dir)
     saved = save_outputs(out, {

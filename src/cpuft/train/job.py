@@ -234,6 +234,7 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
         "world_size": world,
         "nodes": dist.nodes if dist else 1,
         "backend": dist.backend if dist else None,
+        "bucket_cap_mb": round(dist.bucket_cap_mb, 2) if dist else None,
         "grad_compression": cfg.grad_compression if dist else None,
         "train_samples": len(encoded["train"]),
         "steps": result.steps,

@@ -65,8 +65,9 @@ class FitConfig:
     """Checkpoint every N steps; the last step is always saved when output_dir is set."""
     log_steps: int = 10
     resume_from: Path | None = None
-    bucket_cap_mb: float = 25.0
-    """DDP gradient bucket size (distributed runs)."""
+    bucket_cap_mb: float = 0.0
+    """DDP gradient bucket size in MB (distributed runs); 0 chooses by gradient type
+    (cpuft.dist.group.bucket_cap_for)."""
     grad_compression: str = "none"
     """'none' or 'bf16': gradients are sent as bf16 (distributed runs)."""
 

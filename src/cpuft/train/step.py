@@ -10,8 +10,8 @@ from cpuft.train.loop import Batch, autocast_for
 
 
 class TrainStep:
-    """Forward, backward, clipped fused AdamW: ``fit``'s step without DDP or accumulation,
-    with bf16 weights where the run is bf16 and ``bf16_weights`` holds."""
+    """Forward, backward, clipped fused AdamW: ``fit``'s step without DDP, with bf16 weights
+    where the run is bf16 and ``bf16_weights`` holds."""
 
     def __init__(self, model: nn.Module, *, precision: str, bf16_weights: bool,
                  lr: float = 1e-4, weight_decay: float = 0.01) -> None:
@@ -22,18 +22,22 @@ class TrainStep:
             stand_in=self.weights.master if self.weights is not None else None)
         self.trained = [p for g in self.optimizer.param_groups for p in g["params"]]
 
-    def __call__(self, batch: Batch) -> float:
-        """Train on ``batch``; its loss."""
-        with autocast_for(self.precision):
-            loss = self.model(**batch).loss
-        loss.backward()
-        if self.weights is not None:
-            self.weights.fold_grads()
+    def __call__(self, *micro: Batch) -> float:
+        """One optimizer step on the micro-batches ``micro``, their gradients accumulated as
+        ``fit`` accumulates them; their mean loss."""
+        total = 0.0
+        for batch in micro:
+            with autocast_for(self.precision):
+                loss = self.model(**batch).loss
+            (loss / len(micro)).backward()
+            if self.weights is not None:
+                self.weights.fold_grads()
+            total += float(loss.detach()) / len(micro)
         clip_step(self.optimizer, self.trained, 1.0)
         if self.weights is not None:
             self.weights.publish()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return total
 
 
 
