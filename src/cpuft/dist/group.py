@@ -224,9 +224,9 @@ def wrap_model(model: nn.Module, ctx: DistContext, *, bucket_cap_mb: float,
         for p in sparse.values():  # DDP broadcasts rank 0's weights, but not ignored ones
             dist.broadcast(p.data, src=0)
         ctx.sparse_params = list(sparse.values())
+    ignored = {id(p) for p in sparse.values()}
     ctx.bucket_cap_mb = bucket_cap_for(
-        [p for p in model.parameters() if all(p is not q for q in sparse.values())],
-        bucket_cap_mb)
+        [p for p in model.parameters() if id(p) not in ignored], bucket_cap_mb)
     # Gradients as views into DDP's buckets: no copy of every gradient in and out per step.
     ddp = DDP(model, bucket_cap_mb=ctx.bucket_cap_mb, gradient_as_bucket_view=True)
     if grad_compression == "powersgd":

@@ -39,9 +39,14 @@ def _threshold(p: float) -> int:
     return -32768 + round(p * 65536)
 
 
+def _keep_flags(n: int, p: float) -> np.ndarray:
+    """n booleans, each True with probability 1 - p (to 1/65536), by numpy's SIMD compare."""
+    return np.greater_equal(_words(n), _threshold(p))
+
+
 def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
     """A boolean mask that is True with probability 1 - p (to 1/65536)."""
-    return torch.from_numpy(np.greater_equal(_words(shape.numel()), _threshold(p))).view(shape)
+    return torch.from_numpy(_keep_flags(shape.numel(), p)).view(shape)
 
 
 _SAME_WIDTH: dict[int, tuple[type[np.signedinteger[Any]], torch.dtype]] = {
@@ -63,7 +68,7 @@ def scaled_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.T
     same draws, scaled. Made as bit patterns: 0 is all zero bits, so the mask is the keep flags
     times the bits of 1/(1-p)."""
     bits = _scale_bits(p, dtype)
-    keep = np.greater_equal(_words(shape.numel()), _threshold(p))
+    keep = _keep_flags(shape.numel(), p)
     return torch.from_numpy(np.multiply(keep, bits, dtype=type(bits))).view(dtype).view(shape)
 
 

@@ -38,6 +38,3 @@ class TrainStep:
             self.weights.publish()
         self.optimizer.zero_grad(set_to_none=True)
         return total
-
-
-
