@@ -126,6 +126,11 @@ class TrainConfig:
         "the first 10 steps).",
         choices=("none", "bf16", "powersgd"),
     )
+    grad_sync: bool = _opt(
+        True, "Reduce gradients across ranks, as data parallelism needs. --no-grad-sync sends "
+        "none (torch's noop_hook): a benchmark of what communication costs; each rank then "
+        "trains on its own share and the ranks' models drift apart.",
+    )
 
     def validate(self) -> None:
         """Reject settings that cannot work, before anything is loaded."""

@@ -111,5 +111,16 @@ def test_two_ranks_in_bf16_weights_train_what_one_process_trains(tmp_path):
     assert float(apart.mean()) < 0.1 * float(moved.mean())
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["speedups"]["bf16_weights"] is True and summary["world_size"] == 2
+    assert summary["grad_sync"] is True
     # bf16 gradients (but the fp32 position embeddings'): buckets of about half the bytes
     assert 12.5 <= summary["bucket_cap_mb"] < 20
+
+    # --no-grad-sync (what `cpuft bench --scaling` runs as 'nosync'): nothing is averaged, so
+    # rank 0 trains on its half alone and ends as far from the 1-process run as a half would.
+    proc = train([*common, "--batch-size", "4", "--nproc-per-node", "2", "--no-grad-sync",
+                  "--master-port", str(free_port()), "--output-dir", str(tmp_path / "apart")])
+    assert "--no-grad-sync: the ranks send no gradients" in proc.stdout
+    apart_model = load_file(tmp_path / "apart" / "model.safetensors")
+    drift = torch.cat([(one[k] - apart_model[k]).abs().flatten() for k in keys])
+    assert float(drift.mean()) > 0.3 * float(moved.mean())
+    assert json.loads((tmp_path / "apart" / "summary.json").read_text())["grad_sync"] is False

@@ -59,7 +59,11 @@ def _scaling_report(tmp_path, *flags):
 @pytest.mark.slow
 def test_bench_scaling_reports_efficiency(tmp_path):
     report = _scaling_report(tmp_path, "--rate", "1gbit")
-    assert set(report["configs"]) == {"1-node", "2-nodes", "2-nodes-bf16", "2-nodes-powersgd"}
+    assert set(report["configs"]) == {"1-node", "2-nodes", "2-nodes-bf16", "2-nodes-powersgd",
+                                      "2-nodes-nosync"}
+    assert report["configs"]["2-nodes-nosync"]["comm_fraction"] == 0
+    assert report["scaling_efficiency"] == pytest.approx(
+        report["no_communication_efficiency"] * report["communication_keeps"])
     halves = report["batch_halves"]
     assert halves["whole_seconds"] > 0 and halves["halves_seconds"] > 0
     assert report["machine_ceiling"] == pytest.approx(

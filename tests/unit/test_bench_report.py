@@ -125,6 +125,25 @@ def test_scaling_rounds_take_the_median_of_each_rounds_own_ratio():
     assert report["configs"]["2-nodes"]["samples_per_second"] == 84.0  # its median round
     assert report["configs"]["2-nodes"]["rounds_samples_per_second"] == [84.0, 90.0, 70.0]
     assert report["target_met"] is False
+    assert "no_communication_efficiency" not in report  # no nosync run
+
+
+def test_a_run_that_sends_nothing_splits_the_efficiency_at_communication():
+    from cpuft.bench.scaling import ScalingOptions, summarise
+
+    def run(speed):
+        return {"samples_per_second": speed, "comm_fraction": 0.0}
+
+    per_round = {"1-node": [run(50.0), run(40.0)],
+                 "2-nodes": [run(80.0), run(68.0)],  # 80%, 85%
+                 "2-nodes-nosync": [run(90.0), run(76.0)]}  # 90%, 95%
+    halves = {"ceiling": 1.0, "whole_seconds": 10.0, "halves_seconds": 10.0}
+    report = summarise(per_round, halves,
+                       ScalingOptions(rounds=2, compressions=("none", "nosync")))
+    assert report["scaling_efficiency"] == pytest.approx(0.825)
+    assert report["no_communication_efficiency"] == pytest.approx(0.925)
+    assert report["scaling_efficiency_nosync"] == pytest.approx(0.925)
+    assert report["communication_keeps"] == pytest.approx(0.825 / 0.925)
 
 
 def test_runs_that_lost_cpu_to_other_guests_are_flagged():

@@ -22,6 +22,8 @@ from cpuft.errors import CpuftError
 from cpuft.topology import read_topology
 
 TARGET_EFFICIENCY = 0.95
+NO_SYNC = "nosync"
+COMPRESSIONS = ("none", "bf16", "powersgd", NO_SYNC)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -32,8 +34,9 @@ class ScalingOptions:
     model: str = ""
     max_seq_length: int = 128
     port: int = 29571
-    compressions: tuple[str, ...] = ("none", "bf16", "powersgd")
-    """Gradient compressions run on 2 nodes ('none' always is)."""
+    compressions: tuple[str, ...] = ("none", "bf16", "powersgd", NO_SYNC)
+    """Gradient compressions run on 2 nodes ('none' always is); 'nosync' is a 2-node run that
+    sends no gradients: the speed 2 nodes reach when communication is free."""
     rounds: int = 1
     """Times every run is repeated, in turns; efficiencies are medians of each round's own."""
     grad_accum: int = 1
@@ -59,8 +62,10 @@ def _launch_args(hostfile: Path, port: int) -> argparse.Namespace:
 
 
 def _train_args(opts: ScalingOptions, batch: int, compression: str, out: Path) -> list[str]:
-    train = ["--max-steps", str(opts.steps), "--batch-size", str(batch),
-             "--grad-compression", compression, "--output-dir", str(out), "--no-progress",
+    sent = (["--grad-compression", "none", "--no-grad-sync"] if compression == NO_SYNC
+            else ["--grad-compression", compression])
+    train = ["--max-steps", str(opts.steps), "--batch-size", str(batch), *sent,
+             "--output-dir", str(out), "--no-progress",
              "--log-steps", str(opts.steps), "--overwrite",
              "--max-seq-length", str(opts.max_seq_length), "--grad-accum", str(opts.grad_accum)]
     if opts.bucket_cap_mb:
@@ -203,6 +208,11 @@ def summarise(per_round: dict[str, list[dict[str, Any]]], halves: dict[str, Any]
     }
     if opts.rounds > 1:
         report["rounds_scaling_efficiency"] = efficiencies("2-nodes")
+    if NO_SYNC in opts.compressions:
+        # scaling_efficiency = no_communication_efficiency x communication_keeps
+        free = statistics.median(efficiencies(f"2-nodes-{NO_SYNC}"))
+        report["no_communication_efficiency"] = free
+        report["communication_keeps"] = efficiency / free
     report["target_met"] = report["efficiency_vs_best_one_node"] >= TARGET_EFFICIENCY
     for name, nodes, compression in runs(opts.compressions):
         if nodes == 2 and compression != "none":

@@ -45,8 +45,10 @@ def register(sub: Any) -> None:
     s.add_argument("--rate", default="10gbit", help="each node's link rate, shaped with tc")
     s.add_argument("--global-batch", type=int, default=32,
                    help="samples per optimizer step, over all nodes")
-    s.add_argument("--compressions", default="none,bf16,powersgd",
-                   help="gradient compressions to run on 2 nodes (none, bf16, powersgd)")
+    s.add_argument("--compressions", default="none,bf16,powersgd,nosync",
+                   help="gradient compressions to run on 2 nodes (none, bf16, powersgd), and "
+                        "nosync: 2 nodes that send no gradients, what they reach if "
+                        "communication were free")
     s.add_argument("--grad-accum", type=int, default=1,
                    help="micro-batches per optimizer step on every node (the global batch is "
                         "split into this many, then over the nodes)")
@@ -57,15 +59,15 @@ def register(sub: Any) -> None:
 
 def run_scaling_cmd(args: argparse.Namespace) -> int:
     from cpuft.bench.report import scaling_chart
-    from cpuft.bench.scaling import ScalingOptions, run_scaling
+    from cpuft.bench.scaling import COMPRESSIONS, NO_SYNC, ScalingOptions, run_scaling
     from cpuft.errors import CpuftError
 
     models = [m for m in args.models.split(",") if m and m != "minilm" and m != "bert-base"]
     compressions = tuple(c for c in args.compressions.split(",") if c)
-    unknown = set(compressions) - {"none", "bf16", "powersgd"}
+    unknown = set(compressions) - set(COMPRESSIONS)
     if unknown:
-        raise CpuftError(f"--compressions: unknown {', '.join(sorted(unknown))}: use none, bf16, "
-                         "powersgd")
+        raise CpuftError(f"--compressions: unknown {', '.join(sorted(unknown))}: use "
+                         f"{', '.join(COMPRESSIONS)}")
     opts = ScalingOptions(rate=args.rate, global_batch=args.global_batch,
                           steps=args.steps or (20 if args.quick else 40),
                           model=models[0] if models else "", max_seq_length=args.max_seq_length,
@@ -80,13 +82,17 @@ def run_scaling_cmd(args: argparse.Namespace) -> int:
     ok = "met" if report["target_met"] else "NOT met"
     others = "".join(f"; {c} gradients {report[f'scaling_efficiency_{c}']:.1%} (comm "
                      f"{report[f'comm_fraction_{c}']:.1%})"
-                     for c in compressions if c != "none")
+                     for c in compressions if c not in ("none", NO_SYNC))
     print(f"2-node scaling efficiency {report['scaling_efficiency']:.1%}, communication "
           f"{report['comm_fraction']:.1%} of a step (target {report['target_efficiency']:.0%}: "
           f"{ok}){others}")
     print(f"of which: halving the batch leaves 2 nodes at most {report['machine_ceiling']:.1%} "
           f"here (one core, the same samples whole and halved); cpuft's 2-node run reaches "
           f"{report['communication_efficiency']:.1%} of that")
+    if "no_communication_efficiency" in report:
+        print(f"2 nodes that send no gradients reach {report['no_communication_efficiency']:.1%} "
+              "(what running both nodes at once costs, communication aside); cpuft's "
+              f"communication keeps {report['communication_keeps']:.1%} of that")
     if report["machine_ceiling"] > 1:
         print(f"one core trains the halves faster than whole batches of {opts.global_batch}: "
               f"against 1 node accumulating halves, 2 nodes reach "

@@ -59,6 +59,8 @@ class DistContext:
     """The compression hook, with --grad-compression powersgd."""
     bucket_cap_mb: float = 0.0
     """DDP's gradient bucket size, as wrap_model chose it."""
+    grad_sync: bool = True
+    """False: nothing is reduced (wrap_model with grad_sync=False, a benchmark)."""
 
     def take_hook_seconds(self) -> float:
         """Seconds spent in blocking communication hooks since the last call."""
@@ -69,6 +71,8 @@ class DistContext:
 
         DDP reduces dense buckets; a word embedding's sparse gradient would go whole.
         """
+        if not self.grad_sync:
+            return 0.0
         started = time.perf_counter()
         world = self.info.world_size
         for p in self.sparse_params:
@@ -208,9 +212,15 @@ def bucket_cap_for(params: Sequence[torch.Tensor], requested: float = 0.0) -> fl
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, *, bucket_cap_mb: float,
-               grad_compression: str) -> nn.Module:
+               grad_compression: str, grad_sync: bool = True) -> nn.Module:
     """DDP with a hook that times communication and, with 'bf16', halves what is sent, or with
-    'powersgd' sends low-rank factors of each gradient matrix (cpuft.dist.powersgd)."""
+    'powersgd' sends low-rank factors of each gradient matrix (cpuft.dist.powersgd).
+
+    ``grad_sync=False`` sends nothing after the start (torch's noop_hook, no buffer broadcasts,
+    no sparse rows): the ranks train apart, at the speed they would reach if communication
+    were free.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     if grad_compression not in ("none", "bf16", "powersgd"):
@@ -228,8 +238,12 @@ def wrap_model(model: nn.Module, ctx: DistContext, *, bucket_cap_mb: float,
     ctx.bucket_cap_mb = bucket_cap_for(
         [p for p in model.parameters() if id(p) not in ignored], bucket_cap_mb)
     # Gradients as views into DDP's buckets: no copy of every gradient in and out per step.
-    ddp = DDP(model, bucket_cap_mb=ctx.bucket_cap_mb, gradient_as_bucket_view=True)
-    if grad_compression == "powersgd":
+    ctx.grad_sync = grad_sync
+    ddp = DDP(model, bucket_cap_mb=ctx.bucket_cap_mb, gradient_as_bucket_view=True,
+              forward_sync_buffers=grad_sync)
+    if not grad_sync:
+        ddp.register_comm_hook(None, noop_hook)
+    elif grad_compression == "powersgd":
         ctx.powersgd = PowerSGD()
         ddp.register_comm_hook(None, ctx.powersgd.hook)
     else:

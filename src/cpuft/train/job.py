@@ -186,6 +186,9 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
             f"{world} rank(s), precision {plan.precision}, {plan.threads} threads, "
             f"allocator {plan.allocator}, compile {plan.compile}"
         )
+        if dist is not None and not cfg.grad_sync:
+            say("--no-grad-sync: the ranks send no gradients, so each trains apart on its own "
+                "share; this run measures speed, its model is rank 0's alone")
     result = fit(
         model,
         source,
@@ -207,6 +210,7 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
             resume_from=resume_from,
             bucket_cap_mb=cfg.bucket_cap_mb,
             grad_compression=cfg.grad_compression,
+            grad_sync=cfg.grad_sync,
         ),
         logger=MetricLogger(sinks),
         dist=dist,
@@ -236,6 +240,7 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
         "backend": dist.backend if dist else None,
         "bucket_cap_mb": round(dist.bucket_cap_mb, 2) if dist else None,
         "grad_compression": cfg.grad_compression if dist else None,
+        "grad_sync": cfg.grad_sync if dist else None,
         "train_samples": len(encoded["train"]),
         "steps": result.steps,
         "epochs": round(result.steps / steps_per_epoch, 4),

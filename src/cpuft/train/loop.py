@@ -69,7 +69,9 @@ class FitConfig:
     """DDP gradient bucket size in MB (distributed runs); 0 chooses by gradient type
     (cpuft.dist.group.bucket_cap_for)."""
     grad_compression: str = "none"
-    """'none' or 'bf16': gradients are sent as bf16 (distributed runs)."""
+    """'none', 'bf16' (gradients sent as bf16) or 'powersgd' (distributed runs)."""
+    grad_sync: bool = True
+    """False sends no gradients (a benchmark of what communication costs; ranks drift apart)."""
 
 
 @dataclass(slots=True)
@@ -225,7 +227,8 @@ def _fit(model: nn.Module, source: BatchSource, config: FitConfig, loss_fn: Loss
         from cpuft.dist.group import wrap_model
 
         forward_model = wrap_model(model, dist, bucket_cap_mb=config.bucket_cap_mb,
-                                   grad_compression=config.grad_compression)
+                                   grad_compression=config.grad_compression,
+                                   grad_sync=config.grad_sync)
         if weights is not None:  # DDP gave every rank rank 0's bf16 weights; now the masters
             dist.broadcast_from_main(weights.masters)
     if config.compile:
