@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,26 @@ def cpuft_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra})
     return env
+
+
+def run_two_ranks(script: str, cwd: Path,
+                  rank_env: Callable[[int], dict[str, str]] = lambda rank: {}) -> list[str]:
+    """Run ``script`` as ranks 0 and 1 of a gloo job on this host; each rank's last stdout
+    line (the test's JSON), after asserting that both exited cleanly."""
+    import subprocess
+    import sys
+
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        env = cpuft_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                        LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                        **rank_env(rank))
+        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, cwd=cwd,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    lines = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        lines.append(out.strip().splitlines()[-1])
+    return lines

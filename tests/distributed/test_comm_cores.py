@@ -2,13 +2,10 @@
 
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import cpuft_env
+from tests.conftest import run_two_ranks
 
 pytestmark = [
     pytest.mark.multiprocess,
@@ -46,23 +43,14 @@ shutdown(ctx)
 
 def test_gloo_threads_run_on_comm_cores(tmp_path):
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for rank in (0, 1):
-        env = cpuft_env() | {
-            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-            "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            # each rank computes on one CPU and communicates on the other
-            "CPUFT_RANK_CORES": f"{cpus[0]};{cpus[1]}", "CPUFT_COMM_CORES": f"{cpus[1]};{cpus[0]}",
-        }
-        procs.append(subprocess.Popen([sys.executable, "-c", RANK], env=env, cwd=tmp_path,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for rank, proc in enumerate(procs):
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err[-3000:]
-        got = json.loads(out.strip().splitlines()[-1])
+
+    def placement(rank):
+        # each rank computes on one CPU and communicates on the other
+        return {"CPUFT_RANK_CORES": f"{cpus[0]};{cpus[1]}",
+                "CPUFT_COMM_CORES": f"{cpus[1]};{cpus[0]}"}
+
+    for rank, line in enumerate(run_two_ranks(RANK, tmp_path, placement)):
+        got = json.loads(line)
         compute, comm = cpus[rank], cpus[1 - rank]
         assert got["cores"] == [compute] and got["comm_cores"] == [comm]
         assert got["main"] == str(compute)

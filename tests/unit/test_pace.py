@@ -13,3 +13,5 @@ def test_steady_rate_leaves_the_slow_first_steps_out():
     assert steady_seconds(seconds) == pytest.approx(9.0)
     assert steady_rate(seconds, 32) == pytest.approx(32 * 18 / 9.0)
     assert steady_rate([], 32) == 0.0
+    # a slower rank's 12 s for the same 18 steps sets the pace
+    assert steady_rate(seconds, 32, seconds=12.0) == pytest.approx(32 * 18 / 12.0)

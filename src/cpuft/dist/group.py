@@ -93,6 +93,11 @@ class DistContext:
         dist.all_reduce(t)
         return t.tolist()
 
+    def all_reduce_max(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
     def on_every_rank(self, flag: bool) -> bool:
         """Whether ``flag`` is true on all ranks (a collective: every rank must call it)."""
         return self.all_reduce_sum([1.0 if flag else 0.0])[0] == self.info.world_size

@@ -20,7 +20,7 @@ from cpuft.data.prepare import encode, load_labelled
 from cpuft.dist.group import DistContext
 from cpuft.errors import CpuftError
 from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
-from cpuft.metrics.pace import steady_rate
+from cpuft.metrics.pace import steady_rate, steady_seconds
 from cpuft.speedups import SpeedPlan, choose_compile
 from cpuft.train.checkpoint import latest_checkpoint
 from cpuft.train.evaluate import evaluate
@@ -217,9 +217,12 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
     )
     samples, tokens, comm_wait = float(result.samples), float(result.tokens), \
         result.comm_wait_seconds
+    train_seconds, pace_seconds = result.train_seconds, steady_seconds(result.step_seconds)
     if dist is not None:
         samples, tokens, comm_wait = dist.all_reduce_sum([samples, tokens, comm_wait])
         comm_wait /= world
+        # The job goes at its slowest rank's pace (ranks that do not sync can differ).
+        train_seconds, pace_seconds = dist.all_reduce_max([train_seconds, pace_seconds])
     if not main:
         return {}
     evals = {
@@ -246,18 +249,18 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
         "epochs": round(result.steps / steps_per_epoch, 4),
         "batch_size": cfg.batch_size,
         "grad_accum": cfg.grad_accum,
-        "train_seconds": round(result.train_seconds, 3),
-        "train_samples_per_second": round(samples / result.train_seconds, 3),
-        "train_tokens_per_second": round(tokens / result.train_seconds, 1),
+        "train_seconds": round(train_seconds, 3),
+        "train_samples_per_second": round(samples / train_seconds, 3),
+        "train_tokens_per_second": round(tokens / train_seconds, 1),
         # after the first tenth of the steps, as `cpuft bench` measures
-        "steady_samples_per_second": round(
-            steady_rate(result.step_seconds, samples / max(1, len(result.step_seconds))), 3),
-        "steady_tokens_per_second": round(
-            steady_rate(result.step_seconds, tokens / max(1, len(result.step_seconds))), 3),
+        "steady_samples_per_second": round(steady_rate(
+            result.step_seconds, samples / max(1, len(result.step_seconds)), pace_seconds), 3),
+        "steady_tokens_per_second": round(steady_rate(
+            result.step_seconds, tokens / max(1, len(result.step_seconds)), pace_seconds), 3),
         "step_time_split": {
-            "seconds_per_step": round(result.train_seconds / max(1, len(result.step_seconds)), 5),
-            "comm_wait_fraction": round(comm_wait / result.train_seconds, 4),
-            "compute_fraction": round(1 - comm_wait / result.train_seconds, 4),
+            "seconds_per_step": round(train_seconds / max(1, len(result.step_seconds)), 5),
+            "comm_wait_fraction": round(comm_wait / train_seconds, 4),
+            "compute_fraction": round(1 - comm_wait / train_seconds, 4),
         },
         "final_loss": result.final_loss,
         "eval": evals["validation"],
