@@ -59,8 +59,6 @@ class DistContext:
     """The compression hook, with --grad-compression powersgd."""
     bucket_cap_mb: float = 0.0
     """DDP's gradient bucket size, as wrap_model chose it."""
-    grad_sync: bool = True
-    """False: nothing is reduced (wrap_model with grad_sync=False, a benchmark)."""
 
     def take_hook_seconds(self) -> float:
         """Seconds spent in blocking communication hooks since the last call."""
@@ -71,8 +69,6 @@ class DistContext:
 
         DDP reduces dense buckets; a word embedding's sparse gradient would go whole.
         """
-        if not self.grad_sync:
-            return 0.0
         started = time.perf_counter()
         world = self.info.world_size
         for p in self.sparse_params:
@@ -238,12 +234,12 @@ def wrap_model(model: nn.Module, ctx: DistContext, *, bucket_cap_mb: float,
         DDP._set_params_and_buffers_to_ignore_for_model(model, list(sparse))
         for p in sparse.values():  # DDP broadcasts rank 0's weights, but not ignored ones
             dist.broadcast(p.data, src=0)
-        ctx.sparse_params = list(sparse.values())
+        if grad_sync:  # without it their rows stay each rank's own, as the dense gradients do
+            ctx.sparse_params = list(sparse.values())
     ignored = {id(p) for p in sparse.values()}
     ctx.bucket_cap_mb = bucket_cap_for(
         [p for p in model.parameters() if id(p) not in ignored], bucket_cap_mb)
     # Gradients as views into DDP's buckets: no copy of every gradient in and out per step.
-    ctx.grad_sync = grad_sync
     ddp = DDP(model, bucket_cap_mb=ctx.bucket_cap_mb, gradient_as_bucket_view=True,
               forward_sync_buffers=grad_sync)
     if not grad_sync:
