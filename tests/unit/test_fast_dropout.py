@@ -80,3 +80,36 @@ def test_scaled_mask_is_the_keep_mask_times_the_scale_in_its_dtype(dtype):
     expected = keep.to(dtype) * torch.tensor(1 / 0.9, dtype=dtype)
     assert torch.equal(mask, expected)
     assert 0 < int(keep.sum()) < shape.numel()
+
+
+def test_cpuft_attention_takes_the_softmax_of_bf16_scores_in_fp32():
+    """torch's bf16 CPU softmax rounds an fp32 computation, so the values are the same either
+    way; what differs is the kernel, and the bf16 one is several times slower."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cpuft.train.fast_dropout import eager_attention
+
+    class SoftmaxDtypes(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[torch.dtype] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket in (torch.ops.aten._softmax,
+                                       torch.ops.aten._softmax_backward_data):
+                self.seen.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(4)
+    query, key, value = (torch.randn(2, 3, 5, 8, dtype=torch.bfloat16, requires_grad=True)
+                         for _ in range(3))
+    mask = torch.zeros(2, 1, 1, 5, dtype=torch.bfloat16)
+    mask[1, ..., 3:] = torch.finfo(torch.bfloat16).min
+    with SoftmaxDtypes() as mode:
+        out, weights = eager_attention(nn.Module().eval(), query, key, value, mask, scaling=0.3)
+        out.sum().backward()
+    assert mode.seen == [torch.float32, torch.float32]
+    scores = torch.matmul(query, key.transpose(2, 3)) * 0.3 + mask
+    assert weights.dtype == out.dtype == torch.bfloat16
+    assert torch.equal(weights, torch.softmax(scores.float(), dim=-1).to(torch.bfloat16))
+    assert torch.equal(weights[1, ..., 3:], torch.zeros_like(weights[1, ..., 3:]))

@@ -84,3 +84,35 @@ def test_models_whose_head_reads_more_than_the_first_token_are_left_alone():
     decoder = BertForSequenceClassification(BertConfig(**SMALL, is_decoder=True))
     assert "decoder" in use_first_token_layer(decoder)
     assert "not a BERT-family classifier" in use_first_token_layer(nn.Linear(2, 2))
+
+
+def test_folded_keys_and_values_match_projected_ones_under_dropout():
+    """With attention dropout the kept weights no longer sum to 1: the value bias must be
+    weighted by what they do sum to. Both ways draw one mask of the same size from the same
+    seed, so they drop the same weights."""
+    from cpuft.train.fast_dropout import fast_dropout
+    from cpuft.train.first_token import _first_token_attention
+
+    torch.manual_seed(0)
+    config = BertConfig(**{**SMALL, "attention_probs_dropout_prob": 0.5})
+    config._attn_implementation = register_attention()
+    model = BertForSequenceClassification(config).train()
+    sa = model.bert.encoder.layer[-1].attention.self
+    for linear in (sa.key, sa.value):
+        nn.init.normal_(linear.bias)
+    hidden = torch.randn(4, 9, 32)
+    mask = torch.zeros(4, 1, 1, 9)
+    mask[1, ..., 5:] = torch.finfo(torch.float32).min
+
+    torch.manual_seed(5)
+    folded = _first_token_attention(sa, hidden, mask)
+
+    torch.manual_seed(5)
+    query = sa.query(hidden[:, :1]).view(4, 1, 4, 8).transpose(1, 2)
+    key = sa.key(hidden).view(4, 9, 4, 8).transpose(1, 2)
+    value = sa.value(hidden).view(4, 9, 4, 8).transpose(1, 2)
+    probs = torch.softmax(query @ key.transpose(2, 3) * sa.scaling + mask, dim=-1)
+    probs = fast_dropout(probs, 0.5)
+    expected = (probs @ value).transpose(1, 2).reshape(4, 1, 32)
+    torch.testing.assert_close(folded, expected, atol=1e-5, rtol=1e-4)
+    assert probs[1, ..., 5:].abs().sum() == 0

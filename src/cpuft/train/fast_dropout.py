@@ -119,13 +119,19 @@ def eager_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                     value: torch.Tensor, attention_mask: torch.Tensor | None,
                     scaling: float | None = None, dropout: float = 0.0,
                     **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' eager (matmul) attention with the cheaper dropout on the weights."""
+    """transformers' eager (matmul) attention with the cheaper dropout on the weights.
+
+    The softmax runs in fp32 whatever the scores' dtype: torch's CPU softmax of bf16 scores
+    over a short last dimension is far slower than its fp32 one (a [32, 12, 30, 30] forward
+    1.13 against 0.23 ms with the cast, its backward 0.71 against 0.05 ms, Zen 4), and fp32
+    is the more exact of the two.
+    """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         weights = weights + attention_mask
-    weights = nn.functional.softmax(weights, dim=-1)
+    weights = nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = fast_dropout(weights, dropout, module.training)
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return out, weights
