@@ -68,6 +68,27 @@ def test_weights_train_in_bf16_and_the_masters_stay_fp32(family):
         assert torch.equal(master.grad, grads[p].float() + second[p].float())
 
 
+def test_a_new_step_overwrites_the_gradient_buffer_it_reuses():
+    torch.manual_seed(0)
+    model = FAMILIES["bert"]()
+    weights = Bf16Weights(model)
+    optimizer = build_optimizer(model, lr=1e-2, weight_decay=0.0, fused=True,
+                                stand_in=weights.master)
+    backward(model)
+    weights.fold_grads()
+    where = [m.grad.data_ptr() for m in weights.masters]
+    optimizer.zero_grad(set_to_none=True)
+    assert all(m.grad is None for m in weights.masters)
+    torch.manual_seed(1)
+    model.bert.embeddings.word_embeddings.weight.data.normal_()  # another loss, other gradients
+    backward(model)
+    fresh = [p.grad.float() for p in weights.low]
+    weights.fold_grads()
+    assert [m.grad.data_ptr() for m in weights.masters] == where
+    for master, grad in zip(weights.masters, fresh, strict=True):
+        assert torch.equal(master.grad, grad)  # nothing left of the first step
+
+
 def test_publish_copies_the_masters_and_state_dict_and_restore_give_fp32():
     torch.manual_seed(0)
     model = FAMILIES["bert"]()
