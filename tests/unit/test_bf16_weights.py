@@ -68,12 +68,17 @@ def test_weights_train_in_bf16_and_the_masters_stay_fp32(family):
         assert torch.equal(master.grad, grads[p].float() + second[p].float())
 
 
-def test_a_new_step_overwrites_the_gradient_buffer_it_reuses():
+def bert_with_masters() -> tuple[torch.nn.Module, Bf16Weights, torch.optim.Optimizer]:
+    """A small BERT with bf16 weights and the fused AdamW over their fp32 masters."""
     torch.manual_seed(0)
     model = FAMILIES["bert"]()
     weights = Bf16Weights(model)
-    optimizer = build_optimizer(model, lr=1e-2, weight_decay=0.0, fused=True,
-                                stand_in=weights.master)
+    return model, weights, build_optimizer(model, lr=1e-2, weight_decay=0.0, fused=True,
+                                           stand_in=weights.master)
+
+
+def test_a_new_step_overwrites_the_gradient_buffer_it_reuses():
+    model, weights, optimizer = bert_with_masters()
     backward(model)
     weights.fold_grads()
     where = [m.grad.data_ptr() for m in weights.masters]
@@ -90,11 +95,7 @@ def test_a_new_step_overwrites_the_gradient_buffer_it_reuses():
 
 
 def test_publish_copies_the_masters_and_state_dict_and_restore_give_fp32():
-    torch.manual_seed(0)
-    model = FAMILIES["bert"]()
-    weights = Bf16Weights(model)
-    optimizer = build_optimizer(model, lr=1e-2, weight_decay=0.0, fused=True,
-                                stand_in=weights.master)
+    model, weights, optimizer = bert_with_masters()
     assert all(p.dtype == torch.float32 for g in optimizer.param_groups for p in g["params"])
     backward(model)
     weights.fold_grads()
