@@ -23,6 +23,9 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
     assert set(entry["configs"]) == {"stock-2021", "trainer-best", "cpuft"}
     for c in entry["configs"].values():
         assert c["samples_per_second"] > 0 and 0 <= c["accuracy"] <= 1
+        assert 1 < c["tokens_per_sample"] <= 32
+        assert c["tokens_per_second"] == pytest.approx(
+            c["samples_per_second"] * c["tokens_per_sample"])
     assert entry["configs"]["stock-2021"]["precision"] == "fp32"
     assert entry["configs"]["stock-2021"]["allocator"] == "system"
     assert entry["speedup_vs_stock_2021"] > 0 and entry["speedup_vs_trainer_best"] > 0

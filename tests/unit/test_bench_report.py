@@ -7,9 +7,10 @@ from cpuft.bench.runner import BenchOptions, compare, plan_runs
 from cpuft.errors import CpuftError
 
 
-def result(config, sps, acc, precision="bf16"):
+def result(config, sps, acc, precision="bf16", tokens_per_sample=30.0):
     return {"config": config, "model": "minilm", "samples_per_second": sps,
-            "tokens_per_second": sps * 30, "peak_memory_mb": 1500.0, "accuracy": acc,
+            "tokens_per_second": sps * tokens_per_sample, "tokens_per_sample": tokens_per_sample,
+            "peak_memory_mb": 1500.0, "accuracy": acc,
             "precision": precision, "allocator": "system", "threads": 2, "train_seconds": 10.0,
             "flops_per_sample": 2e9}
 
@@ -26,6 +27,14 @@ def test_compare_speedups_and_mfu():
     assert m["accuracy_delta_vs_trainer_best"] == pytest.approx(-0.005)
     assert m["mfu"] == pytest.approx(2e9 * 200.0 / 1e12)
     assert json.loads(json.dumps(report)) == report
+
+
+def test_speedups_count_tokens_not_samples():
+    """Over part of an epoch trainer-best's sampler may hand it shorter samples: 100 samples/s
+    of 25 tokens is 2500 tokens/s, and cpuft's 150 samples/s of 27 tokens 4050, 1.62x."""
+    report = compare([result("trainer-best", 100.0, 0.81, tokens_per_sample=25.0),
+                      result("cpuft", 150.0, 0.81, tokens_per_sample=27.0)], MATMUL)
+    assert report["models"]["minilm"]["speedup_vs_trainer_best"] == pytest.approx(1.62)
 
 
 def test_tables_and_chart(tmp_path):
@@ -70,14 +79,15 @@ def test_rounds_pair_their_runs_and_take_the_median_ratio():
 
     # The machine slowed down in round 2: paired ratios stay 2.0, 1.5, 2.0.
     ours = median_run([result("cpuft", 200.0, 0.8), result("cpuft", 60.0, 0.8),
-                       result("cpuft", 220.0, 0.8)])
+                       result("cpuft", 220.0, 0.8)], "tokens_per_second")
     theirs = median_run([result("trainer-best", 100.0, 0.8), result("trainer-best", 40.0, 0.8),
-                         result("trainer-best", 110.0, 0.8)])
+                         result("trainer-best", 110.0, 0.8)], "tokens_per_second")
     assert ours["samples_per_second"] == 200.0 and theirs["samples_per_second"] == 100.0
     report = compare([theirs, ours], MATMUL)
     m = report["models"]["minilm"]
     assert m["speedup_vs_trainer_best"] == pytest.approx(2.0)
     assert m["configs"]["cpuft"]["rounds_samples_per_second"] == [200.0, 60.0, 220.0]
+    assert m["configs"]["cpuft"]["rounds_tokens_per_second"] == [6000.0, 1800.0, 6600.0]
 
 
 def test_scaling_read_against_the_faster_one_node_baseline():
@@ -188,3 +198,25 @@ def test_peak_is_the_faster_matmul_measurement_per_format():
     before = {"bf16_gflops": 152.0, "fp32_gflops": 175.0, "seconds": 3.0}
     after = {"bf16_gflops": 140.0, "fp32_gflops": 260.0}
     assert faster_matmul(before, after) == {"bf16_gflops": 152.0, "fp32_gflops": 260.0}
+
+
+def test_counted_batches_note_each_batch_real_tokens():
+    import torch
+
+    from cpuft.bench.worker import CountedBatches
+
+    class Source:
+        def num_batches(self, epoch):
+            return 2
+
+        def iterate(self, epoch, start=0):
+            masks = [torch.tensor([[1, 1, 0], [1, 0, 0]]), torch.tensor([[1, 1, 1]])]
+            for mask in masks[start:]:
+                yield {"input_ids": torch.zeros_like(mask), "attention_mask": mask}
+
+    counted = CountedBatches(Source())
+    assert counted.num_batches(0) == 2
+    assert len(list(counted.iterate(0))) == 2
+    assert counted.step_tokens == [3, 3]
+    list(counted.iterate(1, start=1))
+    assert counted.step_tokens == [3, 3, 3]

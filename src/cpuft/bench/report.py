@@ -16,12 +16,12 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
     out = []
     for model, entry in report["models"].items():
         configs = entry["configs"]
-        stock = configs.get("stock-2021", {}).get("samples_per_second")
+        stock = configs.get("stock-2021", {}).get("tokens_per_second")
         for name in CONFIGS + OPTIONAL_CONFIGS:
             if name not in configs:
                 continue
             c = configs[name]
-            ratio = f"{c['samples_per_second'] / stock:.2f}x" if stock else "-"
+            ratio = f"{c['tokens_per_second'] / stock:.2f}x" if stock else "-"
             out.append([model, name, c["precision"], f"{c['samples_per_second']:.1f}",
                         f"{c['tokens_per_second']:.0f}", f"{c['peak_memory_mb']:.0f}",
                         f"{c['accuracy']:.4f}", ratio])
@@ -87,15 +87,15 @@ def bar_chart(report: dict[str, Any], path: Path) -> None:
     for ax, model in zip(axes[0], models, strict=True):
         configs = report["models"][model]["configs"]
         names = [n for n in CONFIGS + OPTIONAL_CONFIGS if n in configs]
-        speeds = [configs[n]["samples_per_second"] for n in names]
+        speeds = [configs[n]["tokens_per_second"] for n in names]
         bars = ax.bar(names, speeds, color=[colours[n] for n in names])
         for bar, n in zip(bars, names, strict=True):
-            ax.annotate(f"{configs[n]['samples_per_second']:.1f}\nacc {configs[n]['accuracy']:.3f}",
+            ax.annotate(f"{configs[n]['tokens_per_second']:.0f}\nacc {configs[n]['accuracy']:.3f}",
                         (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)
-        ax.set_title(f"{model}: training samples/s")
+        ax.set_title(f"{model}: training tokens/s (not padding)")
         ax.set_ylim(0, max(speeds) * 1.25)
-        ax.set_ylabel("samples/s (higher is better)")
+        ax.set_ylabel("tokens/s (higher is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -98,8 +98,8 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
     for r in results:
         entry = report["models"].setdefault(r["model"], {"configs": {}})
         entry["configs"][r["config"]] = {k: r[k] for k in (
-            "samples_per_second", "tokens_per_second", "peak_memory_mb", "accuracy", "precision",
-            "allocator", "threads", "train_seconds")}
+            "samples_per_second", "tokens_per_second", "tokens_per_sample", "peak_memory_mb",
+            "accuracy", "precision", "allocator", "threads", "train_seconds")}
         entry["configs"][r["config"]]["precision_reason"] = r.get("precision_reason", "")
         entry["configs"][r["config"]]["steal_fraction"] = r.get("steal_fraction", 0.0)
         if r["config"] == "cpuft":
@@ -109,6 +109,8 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         if "rounds_samples_per_second" in r:
             config = report["models"][r["model"]]["configs"][r["config"]]
             config["rounds_samples_per_second"] = r["rounds_samples_per_second"]
+            if "rounds_tokens_per_second" in r:
+                config["rounds_tokens_per_second"] = r["rounds_tokens_per_second"]
             config["rounds_steal_fraction"] = r.get("rounds_steal_fraction", [])
     for entry in report["models"].values():
         configs = entry["configs"]
@@ -117,10 +119,12 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         for other, key in (("stock-2021", "speedup_vs_stock_2021"),
                            ("trainer-best", "speedup_vs_trainer_best")):
             if other in configs:
-                ours = configs["cpuft"].get("rounds_samples_per_second",
-                                            [configs["cpuft"]["samples_per_second"]])
-                theirs = configs[other].get("rounds_samples_per_second",
-                                            [configs[other]["samples_per_second"]])
+                # Real tokens per second: over part of an epoch the configurations' samplers
+                # put different samples, of different lengths, in the measured steps.
+                ours = configs["cpuft"].get("rounds_tokens_per_second",
+                                            [configs["cpuft"]["tokens_per_second"]])
+                theirs = configs[other].get("rounds_tokens_per_second",
+                                            [configs[other]["tokens_per_second"]])
                 entry[key] = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
                 entry[key.replace("speedup", "accuracy_delta")] = (
                     configs["cpuft"]["accuracy"] - configs[other]["accuracy"])
@@ -133,13 +137,14 @@ def faster_matmul(*measured: dict[str, float]) -> dict[str, float]:
     return {key: max(m[key] for m in measured) for key in ("bf16_gflops", "fp32_gflops")}
 
 
-def median_run(done: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run of median speed among one configuration's rounds, with every round's speed."""
+def median_run(done: list[dict[str, Any]], speed: str = "samples_per_second") -> dict[str, Any]:
+    """The run of median ``speed`` among one configuration's rounds, with every round's speeds."""
     if len(done) == 1:
         return done[0]
-    ranked = sorted(done, key=lambda r: r["samples_per_second"])
+    ranked = sorted(done, key=lambda r: r[speed])
     return {**ranked[(len(ranked) - 1) // 2],
             "rounds_samples_per_second": [r["samples_per_second"] for r in done],
+            f"rounds_{speed}": [r[speed] for r in done],
             "rounds_steal_fraction": [r.get("steal_fraction", 0.0) for r in done]}
 
 
@@ -159,13 +164,15 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
             say(f"[{i + 1}/{len(runs)}] {spec.model} {spec.config}: {spec.steps} steps of "
                 f"{spec.batch_size}{turn}")
             r = _run(spec, cpuft_env)
-            say(f"    {r['samples_per_second']:.1f} samples/s, accuracy {r['accuracy']:.4f}, "
+            say(f"    {r['samples_per_second']:.1f} samples/s, "
+                f"{r['tokens_per_second']:.0f} tokens/s ({r['tokens_per_sample']:.1f} a sample), "
+                f"accuracy {r['accuracy']:.4f}, "
                 f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}, "
                 f"steal {r['steal_fraction']:.0%}")
             rounds[i].append(r)
     say("measuring matmul FLOP/s again (the faster of the two is the peak)")
     matmul = faster_matmul(matmul_before, _run(matmul_spec, cpuft_env))
-    results = [median_run(done) for done in rounds]
+    results = [median_run(done, "tokens_per_second") for done in rounds]
     by_model: dict[str, dict[str, dict[str, Any]]] = {}
     for spec, r in zip(runs, results, strict=True):
         by_model.setdefault(spec.model, {})[spec.config] = r

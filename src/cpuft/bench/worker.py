@@ -13,6 +13,8 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -90,9 +92,9 @@ def flops_per_sample(model: Any, mean_tokens: float) -> float:
 
 
 def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
-                       train: Encoded) -> tuple[tuple[str, str], list[float]]:
-    """The precision with its reason, and the per-step seconds of ``spec.steps`` steps with
-    transformers' Trainer, set up as a user would."""
+                       train: Encoded) -> tuple[tuple[str, str], list[float], list[int]]:
+    """The precision with its reason, and the per-step seconds and real tokens of
+    ``spec.steps`` steps with transformers' Trainer, set up as a user would."""
     from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
 
     class StepTimes(TrainerCallback):
@@ -138,27 +140,58 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
             dataloader_num_workers=0,
         )
         times = StepTimes()
-        trainer = Trainer(model=model, args=args, train_dataset=rows,
-                          data_collator=DataCollatorWithPadding(tokenizer), callbacks=[times])
+        padder = DataCollatorWithPadding(tokenizer)
+        step_tokens: list[int] = []
+
+        def collate(features: list[dict[str, Any]]) -> Any:
+            # Batches are collated in step order (no loader workers), one step each.
+            batch = padder(features)
+            step_tokens.append(real_tokens(batch))
+            return batch
+
+        trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collate,
+                          callbacks=[times])
         trainer.train()
-    return (precision, reason), [b - a for a, b in zip(times.marks, times.marks[1:], strict=False)]
+    step_seconds = [b - a for a, b in zip(times.marks, times.marks[1:], strict=False)]
+    return (precision, reason), step_seconds, step_tokens
+
+
+def real_tokens(batch: Any) -> int:
+    """The tokens of a batch that are not padding."""
+    return int(batch["attention_mask"].sum())
+
+
+@dataclass(slots=True)
+class CountedBatches:
+    """A batch source that notes the real tokens of each batch as training takes it."""
+
+    source: TokenBatches
+    step_tokens: list[int] = field(default_factory=list)
+
+    def num_batches(self, epoch: int) -> int:
+        return self.source.num_batches(epoch)
+
+    def iterate(self, epoch: int, start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+        for batch in self.source.iterate(epoch, start):
+            self.step_tokens.append(real_tokens(batch))
+            yield batch
 
 
 def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
-                    train: Encoded) -> tuple[tuple[str, str], list[float]]:
+                    train: Encoded) -> tuple[tuple[str, str], list[float], list[int]]:
     plan = apply_plan(make_plan(TrainConfig(max_seq_length=spec.max_seq_length), read_topology()),
                       pin_cores=True)
     resolve_precision(plan, "auto")
     apply_model_speedups(model, plan)
-    source = TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id), spec.batch_size,
-                          spec.seed)
+    source = CountedBatches(TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id),
+                                         spec.batch_size, spec.seed))
     result = fit(model, source, FitConfig(
         total_steps=spec.steps, lr=spec.lr, weight_decay=spec.weight_decay,
         precision=plan.precision, bf16_weights=plan.bf16_weights, fused_optimizer=True,
         log_steps=spec.steps,
         compile=spec.config == "cpuft-compile",
     ))
-    return (plan.precision, plan.precision_reason), result.step_seconds
+    return (plan.precision, plan.precision_reason), result.step_seconds, source.step_tokens
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
@@ -174,16 +207,21 @@ def run(spec: RunSpec) -> dict[str, Any]:
     validation = encode(val_texts, val_labels, tokenizer, spec.max_seq_length)
     ticks = read_ticks()
     if spec.config.startswith("cpuft"):
-        (precision, reason), step_seconds = train_with_cpuft(spec, model, tokenizer, train)
+        (precision, reason), step_seconds, step_tokens = train_with_cpuft(
+            spec, model, tokenizer, train)
     else:
-        (precision, reason), step_seconds = train_with_trainer(spec, model, tokenizer, train)
+        (precision, reason), step_seconds, step_tokens = train_with_trainer(
+            spec, model, tokenizer, train)
     steal = steal_fraction(ticks, read_ticks())
     scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
                       batch_size=128, precision=precision, metrics=("accuracy",),
                       regression=False)
     seconds = steady_seconds(step_seconds)
-    samples = (len(step_seconds) - warmup_steps(len(step_seconds))) * spec.batch_size
-    mean_tokens = sum(train.lengths) / len(train)
+    measured = slice(warmup_steps(len(step_seconds)), len(step_seconds))
+    samples = (measured.stop - measured.start) * spec.batch_size
+    # The configurations' samplers order the epoch differently, so over part of an epoch
+    # their measured steps hold different samples: tokens are the fair measure of work.
+    tokens = sum(step_tokens[measured])
     return {
         "config": spec.config,
         "model": spec.model,
@@ -194,10 +232,11 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "train_seconds": seconds,
         "measured_steps": len(step_seconds) - warmup_steps(len(step_seconds)),
         "samples_per_second": samples / seconds,
-        "tokens_per_second": samples * mean_tokens / seconds,
+        "tokens_per_second": tokens / seconds,
+        "tokens_per_sample": tokens / samples,
         "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "accuracy": scores["accuracy"],
-        "flops_per_sample": flops_per_sample(model, mean_tokens),
+        "flops_per_sample": flops_per_sample(model, tokens / samples),
         "step_seconds": step_seconds,
         "steal_fraction": steal,
         "torch": torch.__version__,

@@ -17,7 +17,9 @@ the other, each in a fresh process:
   trainer-best  Trainer with use_cpu, bf16 (where native), adamw_torch_fused, group_by_length
   cpuft         cpuft's speed-ups
 Reports samples/s, tokens/s, peak memory and validation accuracy of each, the machine's matmul
-FLOP/s and cpuft's model FLOPs utilisation. Writes bench.md, bench.png and bench.json to
+FLOP/s and cpuft's model FLOPs utilisation. Speed-ups are ratios of tokens/s (tokens that are
+not padding): over part of an epoch each configuration's sampler puts other samples, of other
+lengths, in the measured steps. Writes bench.md, bench.png and bench.json to
 --output-dir; the last line of stdout is the JSON document.
 """
 
