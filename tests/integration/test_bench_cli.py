@@ -27,6 +27,9 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
         assert c["tokens_per_second"] == pytest.approx(
             c["samples_per_second"] * c["tokens_per_sample"])
     assert entry["configs"]["stock-2021"]["precision"] == "fp32"
+    # trainer-best trains on cpuft's batches: the same samples, so the same tokens.
+    assert entry["configs"]["trainer-best"]["tokens_per_sample"] == pytest.approx(
+        entry["configs"]["cpuft"]["tokens_per_sample"])
     assert entry["configs"]["stock-2021"]["allocator"] == "system"
     assert entry["speedup_vs_stock_2021"] > 0 and entry["speedup_vs_trainer_best"] > 0
     assert 0 < entry["mfu"] < 1

@@ -14,13 +14,13 @@ DESCRIPTION = """\
 Train the same model on the same data, sequence length, batch and steps three ways, one after
 the other, each in a fresh process:
   stock-2021    fp32, every sequence padded to max length, transformers Trainer defaults
-  trainer-best  Trainer with use_cpu, bf16 (where native), adamw_torch_fused, group_by_length
+  trainer-best  Trainer with use_cpu, bf16 (where native), adamw_torch_fused, group_by_length,
+                on cpuft's length-grouped batches (the same samples in the same steps)
   cpuft         cpuft's speed-ups
 Reports samples/s, tokens/s, peak memory and validation accuracy of each, the machine's matmul
 FLOP/s and cpuft's model FLOPs utilisation. Speed-ups are ratios of tokens/s (tokens that are
-not padding): over part of an epoch each configuration's sampler puts other samples, of other
-lengths, in the measured steps. Writes bench.md, bench.png and bench.json to
---output-dir; the last line of stdout is the JSON document.
+not padding), which stock-2021's random batches hold in other numbers. Writes bench.md,
+bench.png and bench.json to --output-dir; the last line of stdout is the JSON document.
 """
 
 
