@@ -119,8 +119,8 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         for other, key in (("stock-2021", "speedup_vs_stock_2021"),
                            ("trainer-best", "speedup_vs_trainer_best")):
             if other in configs:
-                # Real tokens per second: over part of an epoch the configurations' samplers
-                # put different samples, of different lengths, in the measured steps.
+                # Real tokens per second: stock-2021's random batches hold other samples, of
+                # other lengths, than cpuft's (trainer-best trains on cpuft's batches).
                 ours = configs["cpuft"].get("rounds_tokens_per_second",
                                             [configs["cpuft"]["tokens_per_second"]])
                 theirs = configs[other].get("rounds_tokens_per_second",

@@ -243,8 +243,8 @@ def run(spec: RunSpec) -> dict[str, Any]:
     seconds = steady_seconds(step_seconds)
     measured = slice(warmup_steps(len(step_seconds)), len(step_seconds))
     samples = (measured.stop - measured.start) * spec.batch_size
-    # The configurations' samplers order the epoch differently, so over part of an epoch
-    # their measured steps hold different samples: tokens are the fair measure of work.
+    # stock-2021's random batches hold other samples than cpuft's, so the work is counted in
+    # tokens that are not padding; trainer-best's batches are cpuft's.
     tokens = sum(step_tokens[measured])
     return {
         "config": spec.config,
