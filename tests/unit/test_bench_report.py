@@ -198,25 +198,3 @@ def test_peak_is_the_faster_matmul_measurement_per_format():
     before = {"bf16_gflops": 152.0, "fp32_gflops": 175.0, "seconds": 3.0}
     after = {"bf16_gflops": 140.0, "fp32_gflops": 260.0}
     assert faster_matmul(before, after) == {"bf16_gflops": 152.0, "fp32_gflops": 260.0}
-
-
-def test_counted_batches_note_each_batch_real_tokens():
-    import torch
-
-    from cpuft.bench.worker import CountedBatches
-
-    class Source:
-        def num_batches(self, epoch):
-            return 2
-
-        def iterate(self, epoch, start=0):
-            masks = [torch.tensor([[1, 1, 0], [1, 0, 0]]), torch.tensor([[1, 1, 1]])]
-            for mask in masks[start:]:
-                yield {"input_ids": torch.zeros_like(mask), "attention_mask": mask}
-
-    counted = CountedBatches(Source())
-    assert counted.num_batches(0) == 2
-    assert len(list(counted.iterate(0))) == 2
-    assert counted.step_tokens == [3, 3]
-    list(counted.iterate(1, start=1))
-    assert counted.step_tokens == [3, 3, 3]

@@ -13,8 +13,6 @@ import resource
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,7 +26,7 @@ from cpuft.metrics.pace import steady_seconds, warmup_steps
 from cpuft.speedups import make_plan
 from cpuft.topology import read_topology
 from cpuft.train.evaluate import evaluate
-from cpuft.train.loop import FitConfig, fit
+from cpuft.train.loop import FitConfig, batch_counts, fit
 from cpuft.train.model_io import (
     apply_model_speedups,
     default_model_path,
@@ -169,7 +167,7 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
         def collate(features: list[dict[str, Any]]) -> Any:
             # Batches are collated in step order (no loader workers), one step each.
             batch = padder(features)
-            step_tokens.append(real_tokens(batch))
+            step_tokens.append(batch_counts(batch)[1])
             return batch
 
         trainer_class = Trainer if stock else same_batches_trainer(train.lengths, spec)
@@ -180,42 +178,21 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
     return (precision, reason), step_seconds, step_tokens
 
 
-def real_tokens(batch: Any) -> int:
-    """The tokens of a batch that are not padding."""
-    return int(batch["attention_mask"].sum())
-
-
-@dataclass(slots=True)
-class CountedBatches:
-    """A batch source that notes the real tokens of each batch as training takes it."""
-
-    source: TokenBatches
-    step_tokens: list[int] = field(default_factory=list)
-
-    def num_batches(self, epoch: int) -> int:
-        return self.source.num_batches(epoch)
-
-    def iterate(self, epoch: int, start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
-        for batch in self.source.iterate(epoch, start):
-            self.step_tokens.append(real_tokens(batch))
-            yield batch
-
-
 def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
                     train: Encoded) -> tuple[tuple[str, str], list[float], list[int]]:
     plan = apply_plan(make_plan(TrainConfig(max_seq_length=spec.max_seq_length), read_topology()),
                       pin_cores=True)
     resolve_precision(plan, "auto")
     apply_model_speedups(model, plan)
-    source = CountedBatches(TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id),
-                                         spec.batch_size, spec.seed))
+    source = TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id), spec.batch_size,
+                          spec.seed)
     result = fit(model, source, FitConfig(
         total_steps=spec.steps, lr=spec.lr, weight_decay=spec.weight_decay,
         precision=plan.precision, bf16_weights=plan.bf16_weights, fused_optimizer=True,
         log_steps=spec.steps,
         compile=spec.config == "cpuft-compile",
     ))
-    return (plan.precision, plan.precision_reason), result.step_seconds, source.step_tokens
+    return (plan.precision, plan.precision_reason), result.step_seconds, result.step_tokens
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
@@ -242,7 +219,8 @@ def run(spec: RunSpec) -> dict[str, Any]:
                       regression=False)
     seconds = steady_seconds(step_seconds)
     measured = slice(warmup_steps(len(step_seconds)), len(step_seconds))
-    samples = (measured.stop - measured.start) * spec.batch_size
+    measured_steps = measured.stop - measured.start
+    samples = measured_steps * spec.batch_size
     # stock-2021's random batches hold other samples than cpuft's, so the work is counted in
     # tokens that are not padding; trainer-best's batches are cpuft's.
     tokens = sum(step_tokens[measured])
@@ -254,7 +232,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "allocator": loaded_allocator(),
         "threads": torch.get_num_threads(),
         "train_seconds": seconds,
-        "measured_steps": len(step_seconds) - warmup_steps(len(step_seconds)),
+        "measured_steps": measured_steps,
         "samples_per_second": samples / seconds,
         "tokens_per_second": tokens / seconds,
         "tokens_per_sample": tokens / samples,

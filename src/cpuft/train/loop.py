@@ -83,6 +83,8 @@ class FitResult:
     final_loss: float
     losses: list[float] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+    """This process's real (not padding) tokens of each step, over its micro-batches."""
     comm_wait_seconds: float = 0.0
     """Time spent after the last gradient was computed, waiting for its reduction."""
 
@@ -133,7 +135,7 @@ def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return loss
 
 
-def _batch_counts(batch: Batch) -> tuple[int, int]:
+def batch_counts(batch: Batch) -> tuple[int, int]:
     """(samples, real tokens) in a batch."""
     first = next(iter(batch.values()))
     samples = int(first.shape[0])
@@ -248,7 +250,7 @@ def _fit(model: nn.Module, source: BatchSource, config: FitConfig, loss_fn: Loss
                 while position < n_batches and step < config.total_steps:
                     step_started = time.perf_counter()
                     group = min(config.grad_accum, n_batches - position)
-                    step_loss = 0.0
+                    step_loss, step_tokens = 0.0, 0
                     for micro in range(group):
                         batch = next(batches)
                         # Gradients are reduced across ranks only on a step's last micro-batch.
@@ -268,7 +270,8 @@ def _fit(model: nn.Module, source: BatchSource, config: FitConfig, loss_fn: Loss
                         if weights is not None and sync:
                             weights.fold_grads()
                         step_loss += float(loss.detach()) / group
-                        samples, tokens = _batch_counts(batch)
+                        samples, tokens = batch_counts(batch)
+                        step_tokens += tokens
                         window["samples"] += samples
                         window["tokens"] += tokens
                         result.samples += samples
@@ -285,6 +288,7 @@ def _fit(model: nn.Module, source: BatchSource, config: FitConfig, loss_fn: Loss
                     result.losses.append(step_loss)
                     now = time.perf_counter()
                     result.step_seconds.append(now - step_started)
+                    result.step_tokens.append(step_tokens)
                     elapsed = max(now - window["start"], 1e-9)
                     record = {
                         "step": step,
