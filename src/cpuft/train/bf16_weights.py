@@ -10,14 +10,23 @@ around the forward, so losses are still computed in fp32.
 
 Embedding tables stay fp32 (a word embedding's sparse rows take the lazy AdamW in place); their
 outputs are cast to bf16 for the layers that follow. Buffers are left as they are.
+
+With ``fused`` (and a C compiler), ``step`` clips, steps and publishes in one pass of
+cpuft.kernels.adamw_bf16 that reads the bf16 gradients as they are: on bert-base size that
+moves 28 bytes a parameter where casting the gradients, torch's fused AdamW, the norm and the
+cast back moved 48 (49.9 against 92.7 ms a step here).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import nn
+
+from cpuft.kernels.adamw import AdamWBf16, adamw_bf16
+from cpuft.optim import AdamW, clip_step, grad_norm
 
 
 def _to_bf16(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
@@ -28,8 +37,15 @@ class Bf16Weights:
     """Casts ``model``'s fp32 parameters (but its embeddings') to bf16 in place and keeps their
     fp32 masters. ``restore()`` puts the masters back, leaving the model fp32 again."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, *, fused: bool = False) -> None:
         self.model = model
+        self._kernel: AdamWBf16 | None = None
+        self.kernel_note = "off: torch's AdamW on fp32 copies of the gradients"
+        if fused:
+            self._kernel, note = adamw_bf16()
+            self.kernel_note = (f"on: {note}" if self._kernel is not None
+                                else f"off ({note}): torch's AdamW on fp32 copies of the gradients")
+        self._folded = False
         embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
         kept = {id(p) for m in embeddings for p in m.parameters(recurse=False)}
         self.low: list[torch.Tensor] = []
@@ -60,8 +76,13 @@ class Bf16Weights:
         """The tensor the optimizer updates for ``p``: its master, or ``p`` itself if kept fp32."""
         return self._master_of.get(id(p), p)
 
-    def fold_grads(self) -> None:
-        """Move the bf16 gradients into the masters' fp32 gradients (adding to what is there)."""
+    def fold_grads(self, *, last: bool = True) -> None:
+        """Move the bf16 gradients into the masters' fp32 gradients (adding to what is there),
+        after each micro-batch of a step; ``last`` for its last one. With the kernel, a step of
+        one micro-batch keeps its bf16 gradients, which the kernel reads as they are."""
+        if last and self._kernel is not None and not self._folded:
+            return
+        self._folded = True
         slots: list[torch.Tensor] = []
         grads: list[torch.Tensor] = []
         for p, master, slot in zip(self.low, self.masters, self._grad_slots, strict=True):
@@ -76,6 +97,78 @@ class Bf16Weights:
             p.grad = None
         if slots:
             torch._foreach_copy_(slots, grads)
+
+    def step(self, optimizer: AdamW, params: list[torch.Tensor], max_norm: float) -> None:
+        """``clip_step(optimizer, params, max_norm)`` then ``publish()``: with the kernel, the
+        masters are stepped by it and the other parameters (the fp32 embeddings) by
+        ``optimizer``, clipped by one norm over all of them."""
+        groups = optimizer.param_groups
+        if self._kernel is None or any(g["amsgrad"] or g["maximize"] for g in groups):
+            self._folded = False
+            clip_step(optimizer, params, max_norm)
+            self.publish()
+            return
+        low_of = {id(m): p for p, m in zip(self.low, self.masters, strict=True)}
+        ours = [[m for m in g["params"] if id(m) in low_of
+                 and (m.grad is not None or low_of[id(m)].grad is not None)] for g in groups]
+        grads: dict[int, torch.Tensor] = {}
+        for m in (m for group in ours for m in group):
+            grad = m.grad if m.grad is not None else low_of[id(m)].grad
+            assert grad is not None
+            grads[id(m)] = grad.contiguous()
+        squares = self._kernel.sum_squares(
+            [g for g in grads.values() if g.dtype == torch.bfloat16])
+        folded = [m for group in ours for m in group if m.grad is not None]
+        if folded:
+            squares += float(grad_norm(folded)) ** 2
+        others = [p for p in params if id(p) not in low_of and p.grad is not None]
+        if others:
+            squares += float(grad_norm(others)) ** 2
+        divisor = max(1.0, (math.sqrt(squares) + 1e-6) / max_norm) if max_norm > 0 else 1.0
+        for group, masters in zip(groups, ours, strict=True):
+            self._kernel_step(optimizer, group, masters, grads, low_of, divisor)
+        for m in self.masters:
+            m.grad = None
+        for p in self.low:
+            p.grad = None
+        self._folded = False
+        if others:
+            optimizer.step(grad_scale=torch.tensor(divisor))
+
+    def _kernel_step(self, optimizer: AdamW, group: dict[str, Any], masters: list[torch.Tensor],
+                     grads: dict[int, torch.Tensor], low_of: dict[int, torch.Tensor],
+                     divisor: float) -> None:
+        """One kernel call per gradient dtype for ``masters`` of ``group``, its state kept as
+        torch's AdamW keeps it (so checkpoints load in either)."""
+        assert self._kernel is not None
+        states = []
+        for m in masters:
+            state = optimizer.state[m]
+            if not state:
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+            states.append(state)
+        if not states:
+            return
+        torch._foreach_add_([s["step"] for s in states], 1.0)
+        lr, (beta1, beta2) = float(group["lr"]), group["betas"]
+        steps = [float(s["step"]) for s in states]
+        for low in (True, False):
+            picked = [i for i, m in enumerate(masters)
+                      if (grads[id(m)].dtype == torch.bfloat16) == low]
+            if not picked:
+                continue
+            self._kernel.step(
+                grads=[grads[id(masters[i])] for i in picked],
+                masters=[masters[i] for i in picked],
+                exp_avgs=[states[i]["exp_avg"] for i in picked],
+                exp_avg_sqs=[states[i]["exp_avg_sq"] for i in picked],
+                weights=[low_of[id(masters[i])].data for i in picked],
+                decay=[1 - lr * group["weight_decay"]] * len(picked),
+                step_size=[lr / (1 - beta1 ** steps[i]) for i in picked],
+                bc2_sqrt=[math.sqrt(1 - beta2 ** steps[i]) for i in picked],
+                beta1=beta1, beta2=beta2, eps=group["eps"], grad_divisor=divisor)
 
     @torch.no_grad()
     def publish(self) -> None:

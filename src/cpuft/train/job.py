@@ -267,6 +267,7 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
         "test": evals.get("test"),
         "labels": data.label_map.to_json(),
         "speedups": plan.to_dict(),
+        "optimizer_kernel": result.optimizer_kernel,
         "versions": versions(),
         "resumed_from": str(resume_from) if resume_from else None,
     }

@@ -87,6 +87,8 @@ class FitResult:
     """This process's real (not padding) tokens of each step, over its micro-batches."""
     comm_wait_seconds: float = 0.0
     """Time spent after the last gradient was computed, waiting for its reduction."""
+    optimizer_kernel: str = ""
+    """How the bf16 weights' masters were stepped (see Bf16Weights.kernel_note); '' without."""
 
     @property
     def samples_per_second(self) -> float:
@@ -169,7 +171,8 @@ def fit(
     state = load_checkpoint(config.resume_from) if config.resume_from is not None else None
     if state is not None:
         model.load_state_dict(state["model"])  # while fp32, so that masters start exact
-    weights = Bf16Weights(model) if config.precision == "bf16" and config.bf16_weights else None
+    weights = (Bf16Weights(model, fused=config.fused_optimizer)
+               if config.precision == "bf16" and config.bf16_weights else None)
     try:
         return _fit(model, source, config, loss_fn, logger, dist, state, weights)
     finally:
@@ -236,7 +239,8 @@ def _fit(model: nn.Module, source: BatchSource, config: FitConfig, loss_fn: Loss
     if config.compile:
         forward_model = torch.compile(forward_model)  # type: ignore[assignment]
     model.train()
-    result = FitResult(steps=step, samples=0, tokens=0, train_seconds=0.0, final_loss=math.nan)
+    result = FitResult(steps=step, samples=0, tokens=0, train_seconds=0.0, final_loss=math.nan,
+                       optimizer_kernel=weights.kernel_note if weights is not None else "")
     logger.start(config.total_steps, step)
     window = {"samples": 0, "tokens": 0, "start": time.perf_counter()}
     started = time.perf_counter()
@@ -268,7 +272,7 @@ def _fit(model: nn.Module, source: BatchSource, config: FitConfig, loss_fn: Loss
                             if dist.sparse_params:
                                 result.comm_wait_seconds += dist.reduce_sparse_grads()
                         if weights is not None and sync:
-                            weights.fold_grads()
+                            weights.fold_grads(last=micro == group - 1)
                         step_loss += float(loss.detach()) / group
                         samples, tokens = batch_counts(batch)
                         step_tokens += tokens
@@ -276,9 +280,10 @@ def _fit(model: nn.Module, source: BatchSource, config: FitConfig, loss_fn: Loss
                         window["tokens"] += tokens
                         result.samples += samples
                         result.tokens += tokens
-                    clip_step(optimizer, trained, config.max_grad_norm)
                     if weights is not None:
-                        weights.publish()
+                        weights.step(optimizer, trained, config.max_grad_norm)
+                    else:
+                        clip_step(optimizer, trained, config.max_grad_norm)
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
                     position += group

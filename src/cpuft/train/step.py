@@ -16,7 +16,8 @@ class TrainStep:
     def __init__(self, model: nn.Module, *, precision: str, bf16_weights: bool,
                  lr: float = 1e-4, weight_decay: float = 0.01) -> None:
         self.model, self.precision = model, precision
-        self.weights = Bf16Weights(model) if precision == "bf16" and bf16_weights else None
+        self.weights = (Bf16Weights(model, fused=True)
+                        if precision == "bf16" and bf16_weights else None)
         self.optimizer = build_optimizer(
             model, lr=lr, weight_decay=weight_decay, fused=True,
             stand_in=self.weights.master if self.weights is not None else None)
@@ -26,15 +27,16 @@ class TrainStep:
         """One optimizer step on the micro-batches ``micro``, their gradients accumulated as
         ``fit`` accumulates them; their mean loss."""
         total = 0.0
-        for batch in micro:
+        for i, batch in enumerate(micro):
             with autocast_for(self.precision):
                 loss = self.model(**batch).loss
             (loss / len(micro)).backward()
             if self.weights is not None:
-                self.weights.fold_grads()
+                self.weights.fold_grads(last=i == len(micro) - 1)
             total += float(loss.detach()) / len(micro)
-        clip_step(self.optimizer, self.trained, 1.0)
         if self.weights is not None:
-            self.weights.publish()
+            self.weights.step(self.optimizer, self.trained, 1.0)
+        else:
+            clip_step(self.optimizer, self.trained, 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         return total

@@ -1,0 +1,1 @@
+"""Small C kernels that stock torch lacks, compiled on first use for the CPU they run on."""
