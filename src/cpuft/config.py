@@ -77,7 +77,9 @@ class TrainConfig:
         "auto", "auto (bf16 where the CPU has native bf16), bf16 or fp32.",
         choices=("auto", "bf16", "fp32"),
     )
-    fused_optimizer: bool = _opt(True, "Use the fused AdamW kernel.")
+    fused_optimizer: bool = _opt(
+        True, "Use a fused AdamW kernel: torch's, and with bf16 weights cpuft's one-pass kernel "
+        "for the fp32 masters (compiled for this CPU with the C compiler on first use).")
     dynamic_padding: bool = _opt(True, "Pad each batch to its longest sequence, not max length.")
     group_by_length: bool = _opt(True, "Batch samples of similar length together.")
     compile: str = _opt(

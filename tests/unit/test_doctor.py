@@ -19,7 +19,7 @@ def facts(cpuinfo, **kw):
         topology=Topology(cpus=tuple(cpus), isa=Isa.from_flags(flags), model_name=model),
         memory_gib=256.0, transparent_hugepages="madvise", python="3.11.7",
         packages=dict(HEALTHY), backends={"gloo": True, "mpi": False, "ccl": False},
-        allocators={"tcmalloc": "/usr/lib/libtcmalloc.so.4"},
+        allocators={"tcmalloc": "/usr/lib/libtcmalloc.so.4"}, c_compiler="/usr/bin/cc",
     )
     base.update(kw)
     return NodeFacts(**base)
@@ -87,3 +87,9 @@ def test_doctor_json_on_this_machine():
     assert rep["choices"]["precision"] in ("bf16", "fp32")
     if rep["node"]["bf16_matmul_speedup"]:
         assert "measured" in rep["choices"]["precision_reason"]
+
+
+def test_a_node_without_a_c_compiler_is_told_what_it_loses():
+    assert by_check(report(facts("cpuinfo_spr_amx.txt")))["compiler"]["status"] == "ok"
+    found = by_check(report(facts("cpuinfo_spr_amx.txt", c_compiler="")))["compiler"]
+    assert found["status"] == "warn" and "gcc" in found["fix"]

@@ -85,6 +85,13 @@ def findings(facts: NodeFacts) -> list[Finding]:
     else:
         out.append(Finding("allocator", WARN, "no tcmalloc or jemalloc: ~1.2x slower training",
                            "apt-get install libgoogle-perftools4"))
+    if facts.c_compiler:
+        out.append(Finding("compiler", OK, f"C compiler {facts.c_compiler}: cpuft builds its "
+                           "one-pass AdamW for bf16 weights"))
+    else:
+        out.append(Finding("compiler", WARN, "no C compiler: bf16 weights are stepped by "
+                           "torch's ops, four passes over memory instead of one",
+                           "apt-get install gcc (or set CC)"))
     threads = facts.env.get("OMP_NUM_THREADS")
     if threads and threads.isdigit() and int(threads) > topo.physical_cores:
         out.append(Finding("threads", WARN,

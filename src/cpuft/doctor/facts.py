@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from cpuft.kernels.build import find_compiler
 from cpuft.speedups import ALLOCATOR_LIBS, find_allocator
 from cpuft.topology import Topology, read_topology
 
@@ -31,6 +32,8 @@ class NodeFacts:
     """Allocator name -> library path, for those installed."""
     env: dict[str, str] = field(default_factory=dict)
     """Thread and allocator variables set in the environment."""
+    c_compiler: str = ""
+    """The C compiler cpuft builds its kernels with ('' when there is none)."""
     bf16_matmul_speedup: float = 0.0
     """bf16 over fp32 matmul speed, measured where the CPU has native bf16 (0: not measured)."""
 
@@ -82,6 +85,7 @@ def gather() -> NodeFacts:
         packages=packages,
         allocators={n: p for n in ALLOCATOR_LIBS if (p := find_allocator(n) or "")},
         env={k: os.environ[k] for k in ENV_VARS if k in os.environ},
+        c_compiler=find_compiler(),
     )
     if packages["torch"]:
         import torch

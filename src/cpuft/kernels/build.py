@@ -38,6 +38,11 @@ def _cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return ""
 
 
+def find_compiler() -> str:
+    """The C compiler to build with: ``$CC``, else ``cc`` or ``gcc`` on PATH ('' if none)."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or ""
+
+
 def library_name(name: str, source: bytes, cc: str, cpu_flags: str) -> str:
     digest = hashlib.sha256(b"\0".join(
         [source, " ".join(FLAGS).encode(), cc.encode(), cpu_flags.encode()])).hexdigest()
@@ -49,7 +54,7 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
     """(library, what was done) for ``<name>.c`` of this folder, or (None, why not)."""
     if os.environ.get("CPUFT_NO_KERNELS"):
         return None, "CPUFT_NO_KERNELS is set"
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    cc = find_compiler()
     if not cc:
         return None, "no C compiler (cc or $CC) on PATH"
     source = Path(__file__).with_name(f"{name}.c")
