@@ -113,3 +113,38 @@ def test_cpuft_attention_takes_the_softmax_of_bf16_scores_in_fp32():
     assert weights.dtype == out.dtype == torch.bfloat16
     assert torch.equal(weights, torch.softmax(scores.float(), dim=-1).to(torch.bfloat16))
     assert torch.equal(weights[1, ..., 3:], torch.zeros_like(weights[1, ..., 3:]))
+
+
+def test_masks_come_from_the_kernel_and_depend_on_the_seed_not_the_threads():
+    from cpuft.train import fast_dropout as fd
+
+    assert fd._mask_kernel() is not None, "the dropout-mask kernel did not build"
+    shape = torch.Size([64, 1001])  # enough words for the parallel loop, and a ragged tail
+    threads = torch.get_num_threads()
+    masks = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            torch.manual_seed(5)
+            masks.append(scaled_keep_mask(shape, 0.1, torch.bfloat16))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(masks[0], masks[1])
+    kept = (masks[0] != 0).float().mean().item()
+    assert abs(kept - 0.9) < 0.005
+    tail = masks[0].flatten()[-3:]  # 64 * 1001 is not a multiple of 4: the last word's part
+    assert all(float(v) in (0.0, float(torch.tensor(1 / 0.9, dtype=torch.bfloat16))) for v in tail)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_without_the_kernel_numpy_makes_the_same_kind_of_mask(monkeypatch, dtype):
+    from cpuft.train import fast_dropout as fd
+
+    monkeypatch.setattr(fd, "_mask_kernel", lambda: None)
+    shape = torch.Size([40, 999])
+    torch.manual_seed(3)
+    keep = keep_mask(shape, 0.2)
+    torch.manual_seed(3)
+    mask = scaled_keep_mask(shape, 0.2, dtype)
+    assert torch.equal(mask, keep.to(dtype) * torch.tensor(1 / 0.8, dtype=dtype))
+    assert abs(keep.float().mean().item() - 0.8) < 0.01

@@ -132,8 +132,9 @@ class Bf16Weights:
         for p in self.low:
             p.grad = None
         self._folded = False
-        if others:
-            optimizer.step(grad_scale=torch.tensor(divisor))
+        # The masters hold no gradient now, so this steps the others alone (and, with none,
+        # still counts a step for the schedulers and hooks that watch the optimizer).
+        optimizer.step(grad_scale=torch.tensor(divisor))
 
     def _kernel_step(self, optimizer: AdamW, group: dict[str, Any], masters: list[torch.Tensor],
                      grads: dict[int, torch.Tensor], low_of: dict[int, torch.Tensor],
