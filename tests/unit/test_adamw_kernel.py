@@ -148,3 +148,21 @@ def test_a_build_is_cached_per_source_compiler_and_cpu():
     assert name != build.library_name("k", b"int x;", "cc", "flags : avx2")
     assert name != build.library_name("k", b"int y;", "cc", "flags : avx512f")
     assert name != build.library_name("k", b"int x;", "clang", "flags : avx512f")
+
+
+def test_an_optimizer_the_kernel_does_not_do_takes_the_bf16_gradients_through_torch():
+    from cpuft.optim import AdamW, param_groups
+
+    torch.manual_seed(0)
+    model = FAMILIES["bert"]()
+    weights = Bf16Weights(model, fused=True)
+    optimizer = AdamW(param_groups(model, 0.1, weights.master), lr=1e-2, amsgrad=True)
+    backward(model)
+    weights.fold_grads(last=True)  # kept in bf16 for the kernel, which has no amsgrad
+    assert all(m.grad is None for m in weights.masters)
+    before = [m.clone() for m in weights.masters]
+    weights.step(optimizer, [p for g in optimizer.param_groups for p in g["params"]], 1.0)
+    assert all("max_exp_avg_sq" in optimizer.state[m] for m in weights.masters)
+    assert sum(not torch.equal(a, b) for a, b in zip(before, weights.masters, strict=True)) > 10
+    for p, m in zip(weights.low, weights.masters, strict=True):
+        assert torch.equal(p.detach(), m.bfloat16())

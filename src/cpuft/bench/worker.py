@@ -179,7 +179,8 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
 
 
 def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
-                    train: Encoded) -> tuple[tuple[str, str], list[float], list[int]]:
+                    train: Encoded) -> tuple[tuple[str, str], list[float], list[int], str]:
+    """As ``train_with_trainer``, and how the optimizer stepped bf16 weights."""
     plan = apply_plan(make_plan(TrainConfig(max_seq_length=spec.max_seq_length), read_topology()),
                       pin_cores=True)
     resolve_precision(plan, "auto")
@@ -192,7 +193,8 @@ def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
         log_steps=spec.steps,
         compile=spec.config == "cpuft-compile",
     ))
-    return (plan.precision, plan.precision_reason), result.step_seconds, result.step_tokens
+    return ((plan.precision, plan.precision_reason), result.step_seconds, result.step_tokens,
+            result.optimizer_kernel)
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
@@ -207,8 +209,9 @@ def run(spec: RunSpec) -> dict[str, Any]:
         val_texts, val_labels = val_texts[: spec.eval_samples], val_labels[: spec.eval_samples]
     validation = encode(val_texts, val_labels, tokenizer, spec.max_seq_length)
     ticks = read_ticks()
+    optimizer_kernel = ""
     if spec.config.startswith("cpuft"):
-        (precision, reason), step_seconds, step_tokens = train_with_cpuft(
+        (precision, reason), step_seconds, step_tokens, optimizer_kernel = train_with_cpuft(
             spec, model, tokenizer, train)
     else:
         (precision, reason), step_seconds, step_tokens = train_with_trainer(
@@ -229,6 +232,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         "model": spec.model,
         "precision": precision,
         "precision_reason": reason,
+        "optimizer_kernel": optimizer_kernel,
         "allocator": loaded_allocator(),
         "threads": torch.get_num_threads(),
         "train_seconds": seconds,
