@@ -61,6 +61,25 @@ double cpuft_bf16_sum_squares(int n, uint16_t *const *grads, const int64_t *size
     return sum;
 }
 
+/* What a step applies to every element of one tensor. */
+typedef struct {
+    float keep, step_size, bc2_sqrt, one_minus_beta1, beta2, one_minus_beta2, eps, divisor;
+} Hyper;
+
+/* torch's AdamW on element i; the master rounded into the bf16 weight. */
+static inline void adamw_at(int64_t i, float grad, float *p, float *m, float *v, uint16_t *w,
+                            Hyper h) {
+    float g = grad / h.divisor;
+    float param = p[i] * h.keep;
+    float mi = m[i] + h.one_minus_beta1 * (g - m[i]);
+    float vi = h.beta2 * v[i] + h.one_minus_beta2 * g * g;
+    param -= h.step_size * mi / (sqrtf(vi) / h.bc2_sqrt + h.eps);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = param;
+    w[i] = to_bf16(param);
+}
+
 /* One AdamW step on n tensors. grads16 (bf16) or grads32 (fp32) holds the gradients; the other
  * is NULL. Per tensor: decay = 1 - lr * weight_decay, step_size = lr / (1 - beta1^step),
  * bc2_sqrt = sqrt(1 - beta2^step). 1 - beta1 and 1 - beta2 come in as the caller computed them
@@ -84,35 +103,16 @@ void cpuft_adamw_bf16(int n, uint16_t *const *grads16, float *const *grads32,
             if (a >= b) continue;
             float *p = masters[t], *m = exp_avgs[t], *v = exp_avg_sqs[t];
             uint16_t *w = weights[t];
-            const float keep = decay[t], lr_step = step_size[t], bc2 = bc2_sqrt[t];
+            const Hyper h = {decay[t], step_size[t], bc2_sqrt[t], one_minus_beta1, beta2,
+                             one_minus_beta2, eps, grad_divisor};
             if (grads16 != NULL) {
                 const uint16_t *g16 = grads16[t];
 #pragma omp simd
-                for (int64_t i = a; i < b; i++) {
-                    float g = from_bf16(g16[i]) / grad_divisor;
-                    float param = p[i] * keep;
-                    float mi = m[i] + one_minus_beta1 * (g - m[i]);
-                    float vi = beta2 * v[i] + one_minus_beta2 * g * g;
-                    param -= lr_step * mi / (sqrtf(vi) / bc2 + eps);
-                    m[i] = mi;
-                    v[i] = vi;
-                    p[i] = param;
-                    w[i] = to_bf16(param);
-                }
+                for (int64_t i = a; i < b; i++) adamw_at(i, from_bf16(g16[i]), p, m, v, w, h);
             } else {
                 const float *g32 = grads32[t];
 #pragma omp simd
-                for (int64_t i = a; i < b; i++) {
-                    float g = g32[i] / grad_divisor;
-                    float param = p[i] * keep;
-                    float mi = m[i] + one_minus_beta1 * (g - m[i]);
-                    float vi = beta2 * v[i] + one_minus_beta2 * g * g;
-                    param -= lr_step * mi / (sqrtf(vi) / bc2 + eps);
-                    m[i] = mi;
-                    v[i] = vi;
-                    p[i] = param;
-                    w[i] = to_bf16(param);
-                }
+                for (int64_t i = a; i < b; i++) adamw_at(i, g32[i], p, m, v, w, h);
             }
         }
     }
