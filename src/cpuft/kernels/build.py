@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cpuft.compile_cache import cache_path
 from cpuft.launch.compiler import compile_command, run_compiler
+from cpuft.topology.cpu import parse_cpuinfo
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC")
 
@@ -28,14 +29,13 @@ def kernel_dir() -> Path:
     return cache_path().parent / "kernels"
 
 
-def _cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+def _this_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The model name and ISA flags that -march=native builds for."""
     try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                return line
+        model, flags = parse_cpuinfo(cpuinfo.read_text())
     except OSError:
-        pass
-    return ""
+        return ""
+    return " ".join([model, *sorted(flags)])
 
 
 def find_compiler() -> str:
@@ -58,7 +58,7 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
     if not cc:
         return None, "no C compiler (cc or $CC) on PATH"
     source = Path(__file__).with_name(f"{name}.c")
-    target = kernel_dir() / library_name(name, source.read_bytes(), cc, _cpu_flags())
+    target = kernel_dir() / library_name(name, source.read_bytes(), cc, _this_cpu())
     if not target.exists():
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -67,6 +67,7 @@ class Bf16Weights:
         self._grad_slots = [part.view_as(m) for part, m in
                             zip(buffer.split([m.numel() for m in self.masters]), self.masters,
                                 strict=True)]
+        self._low_of = {id(m): p for p, m in zip(self.low, self.masters, strict=True)}
         self._names = {name: self._master_of[id(p)]
                        for name, p in model.named_parameters(remove_duplicate=False)
                        if id(p) in self._master_of}
@@ -112,7 +113,7 @@ class Bf16Weights:
             clip_step(optimizer, params, max_norm)
             self.publish()
             return
-        low_of = {id(m): p for p, m in zip(self.low, self.masters, strict=True)}
+        low_of = self._low_of
         ours = [[m for m in g["params"] if id(m) in low_of
                  and (m.grad is not None or low_of[id(m)].grad is not None)] for g in groups]
         grads: dict[int, torch.Tensor] = {}
@@ -199,3 +200,4 @@ class Bf16Weights:
         for hook in self._hooks:
             hook.remove()
         self.low, self.masters, self._hooks, self._grad_slots = [], [], [], []
+        self._low_of = {}

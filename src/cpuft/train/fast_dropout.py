@@ -67,7 +67,8 @@ def _kernel_mask(shape: torch.Size, p: float, dtype: torch.dtype, bits: int) -> 
         return None
     out = torch.empty(shape, dtype=dtype)
     unsigned = bits & ((1 << (8 * dtype.itemsize)) - 1)
-    kernel(out.numel(), dtype.itemsize, _seed(), round(p * 65536), unsigned, out.data_ptr())
+    keep_from = _threshold(p) + 32768  # the same draws kept, counted from 0 (unsigned)
+    kernel(out.numel(), dtype.itemsize, _seed(), keep_from, unsigned, out.data_ptr())
     return out
 
 
