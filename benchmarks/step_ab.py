@@ -1,6 +1,6 @@
 """Interleaved A/B of cpuft's speed options on MiniLM-L6, in one process.
 
-Each variant is the default model with some ``TrainConfig`` options changed. Every batch is
+Each variant is the default job with some settings changed (``cpuft train``'s names). Every batch is
 trained by every variant in turn, so a machine whose speed drifts slows all of them alike; the
 ratios are of total step times over the same batches (after 5 warm-up batches).
 
@@ -18,22 +18,14 @@ import json
 import time
 from typing import Any
 
-import torch
-
-from cpuft.config import TrainConfig
-from cpuft.data.batching import Collator, TokenBatches
-from cpuft.data.prepare import encode, load_labelled
-from cpuft.speedups import make_plan
+from cpuft.config import config_from
+from cpuft.config.fields import settings
+from cpuft.data.batching import TokenBatches
+from cpuft.engine.process import apply_plan
+from cpuft.engine.step import TrainStep
+from cpuft.job.build import build_run
+from cpuft.plan.speed_plan import make_plan
 from cpuft.topology import read_topology
-from cpuft.train.model_io import (
-    apply_model_speedups,
-    default_model_path,
-    load_classifier,
-    load_tokenizer,
-)
-from cpuft.train.precision import resolve_precision
-from cpuft.train.runtime import apply_plan
-from cpuft.train.step import TrainStep
 
 DEFAULT_VARIANTS = (
     "cpuft:",
@@ -49,9 +41,8 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     overrides: dict[str, Any] = {}
     for item in filter(None, options.split(",")):
         key, _, value = item.partition("=")
-        default = getattr(TrainConfig(), key)
-        overrides[key] = value.lower() in ("1", "true", "on") if isinstance(default, bool) \
-            else type(default)(value)
+        kind = settings()[key].kind
+        overrides[key] = value.lower() in ("1", "true", "on") if kind is bool else kind(value)
     return name, overrides
 
 
@@ -63,20 +54,19 @@ def main() -> None:
     args = parser.parse_args()
     variants = dict(parse_variant(v) for v in (args.variant or DEFAULT_VARIANTS))
 
-    data = load_labelled(TrainConfig())
-    path = default_model_path()
-    tokenizer = load_tokenizer(path)
-    train = encode(data.texts["train"], data.labels["train"], tokenizer, 128)
-    apply_plan(make_plan(TrainConfig(), read_topology()), pin_cores=True)
+    topo = read_topology()
+    apply_plan(make_plan(config_from({}), topo), pin_cores=True)
     steps: dict[str, TrainStep] = {}
+    source = None
     for name, overrides in variants.items():
-        torch.manual_seed(0)
-        model = load_classifier(path, data.label_map).train()
-        plan = make_plan(TrainConfig(**overrides), read_topology())
-        resolve_precision(plan, plan.precision)
-        apply_model_speedups(model, plan)
-        steps[name] = TrainStep(model, precision=plan.precision, bf16_weights=plan.bf16_weights)
-    source = TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id), args.batch_size, 42)
+        cfg = config_from({"seed": 0, **overrides})  # seed 0: every variant's model alike
+        run = build_run(cfg, make_plan(cfg, topo), say=lambda _line: None)
+        run.task.model.train()
+        steps[name] = run.train_step()
+        if source is None:
+            assert isinstance(run.source, TokenBatches)
+            source = TokenBatches(run.source.data, run.source.collator, args.batch_size, 42)
+    assert source is not None
     batches = [b for _, b in zip(range(args.batches), source.iterate(0), strict=False)]
     seconds = dict.fromkeys(steps, 0.0)
     for i, batch in enumerate(batches):

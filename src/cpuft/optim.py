@@ -16,7 +16,7 @@ def param_groups(model: nn.Module, weight_decay: float,
                  stand_in: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  ) -> list[dict[str, object]]:
     """Decayed and not decayed parameters; ``stand_in(p)`` gives the tensor the optimizer
-    updates for ``p`` (an fp32 master of a bf16 weight, see cpuft.train.bf16_weights)."""
+    updates for ``p`` (an fp32 master of a bf16 weight, see cpuft.speedups.bf16_weights)."""
     decay: list[torch.Tensor] = []
     no_decay: list[torch.Tensor] = []
     for name, p in model.named_parameters():

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.conftest import run_two_ranks
+from tests.helpers import run_two_ranks
 
 pytestmark = [
     pytest.mark.multiprocess,
@@ -17,9 +17,9 @@ import json, os
 import torch.distributed as dist
 from cpuft.config import TrainConfig
 from cpuft.dist.group import init_distributed, shutdown
-from cpuft.speedups import make_plan
+from cpuft.plan.speed_plan import make_plan
 from cpuft.topology import read_topology
-from cpuft.train.runtime import apply_plan
+from cpuft.engine.process import apply_plan
 
 def threads():
     out = {}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import cpuft_env, free_port, make_tiny_model, sentiment_rows, write_csv
+from tests.helpers import cpuft_env, free_port, make_tiny_model, sentiment_rows, write_csv
 
 # fp32 sums of the same gradients in another order differ in the last bits; after 6 AdamW steps
 # at lr 1e-4 the parameters of the two runs must agree to within this (seen: 1.3e-7).

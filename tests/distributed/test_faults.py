@@ -6,44 +6,23 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import cpuft_env, free_port, make_tiny_model, sentiment_rows, write_csv
+from tests.helpers import (
+    cpuft_env,
+    free_port,
+    job_pids,
+    kill_rank_and_expect_stop,
+    logged_steps,
+    make_tiny_model,
+    sentiment_rows,
+    wait_for,
+    write_csv,
+)
 
 pytestmark = pytest.mark.multiprocess
-
-
-def job_pids(tag: str, rank: int | None = None) -> list[int]:
-    """Processes of the job tagged ``tag`` (launcher excluded), optionally one rank's."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"CPUFT_TEST_TAG={tag}".encode() not in env or b"CPUFT_JOB" not in b"".join(env):
-            continue
-        if rank is None or f"RANK={rank}".encode() in env:
-            pids.append(int(entry.name))
-    return pids
-
-
-def wait_for(predicate, timeout, what, launcher=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if launcher is not None and launcher.poll() is not None:
-            out, err = launcher.communicate()
-            raise AssertionError(f"the job ended before {what}: {out[-1500:]} {err[-1500:]}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -62,25 +41,6 @@ def job(tmp_path):
                                 env=cpuft_env(CPUFT_TEST_TAG=tag), cwd=tmp_path)
 
     return start, tag, out
-
-
-def logged_steps(out):
-    path = out / "metrics.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def kill_rank_and_expect_stop(launcher, tag, out, host):
-    """SIGKILL rank 1 mid-run: every process ends within 30 s, the last line names it."""
-    wait_for(lambda: logged_steps(out) >= 3, 120, "training to start", launcher)
-    [victim] = job_pids(tag, rank=1)
-    os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
-    _, stderr = launcher.communicate(timeout=60)
-    assert time.monotonic() - killed_at < 30
-    assert launcher.returncode != 0
-    last = stderr.strip().splitlines()[-1]
-    assert f"rank 1 on host {host} died (killed by signal 9)" in last, stderr[-2000:]
-    wait_for(lambda: not job_pids(tag), 15, "no process of the job left")
 
 
 def test_killed_rank_stops_the_whole_job(job):

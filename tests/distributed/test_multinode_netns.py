@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from cpuft.launch.netns import can_make_namespaces, namespace_cluster
-from tests.conftest import cpuft_env, make_tiny_model, sentiment_rows, write_csv
+from cpuft.bench.netns import can_make_namespaces, namespace_cluster
+from tests.helpers import cpuft_env, make_tiny_model, sentiment_rows, write_csv
 
 pytestmark = [
     pytest.mark.multiprocess,
@@ -98,7 +98,7 @@ def test_bench_scaling_with_accumulation_splits_each_step_into_micro_batches(tmp
 def test_a_rank_killed_on_one_host_stops_every_host(tmp_path):
     import uuid
 
-    from tests.distributed.test_faults import kill_rank_and_expect_stop
+    from tests.helpers import kill_rank_and_expect_stop
 
     model = make_tiny_model(tmp_path / "model")
     data = write_csv(tmp_path / "d.csv", sentiment_rows(120, seed=4))

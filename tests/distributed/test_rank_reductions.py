@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_two_ranks
+from tests.helpers import run_two_ranks
 
 pytestmark = pytest.mark.multiprocess
 

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import cpuft_env
+from tests.helpers import cpuft_env
 
 
 def test_default_job_smoke(tmp_path):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from cpuft.cli.main import main
-from tests.conftest import cpuft_env, sentiment_rows, write_csv
+from tests.helpers import cpuft_env, sentiment_rows, write_csv
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_console_script_preloads_allocator_and_reports_it(tiny_model, data_file,
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     speedups = json.loads((out / "summary.json").read_text())["speedups"]
-    from cpuft.speedups import choose_allocator
+    from cpuft.plan.allocator import choose_allocator
 
     assert speedups["allocator"] == choose_allocator("auto")[0]
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from cpuft.cli.main import main
-from tests.conftest import cpuft_env, sentiment_rows, write_csv
+from tests.helpers import cpuft_env, sentiment_rows, write_csv
 
 
 def run_main(capsys, argv):

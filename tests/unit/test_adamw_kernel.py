@@ -9,8 +9,8 @@ import torch
 from cpuft.kernels import build
 from cpuft.kernels.adamw import adamw_bf16
 from cpuft.optim import build_optimizer
-from cpuft.train.bf16_weights import Bf16Weights
-from tests.unit.test_bf16_weights import FAMILIES, backward
+from cpuft.speedups.bf16_weights import Bf16Weights
+from tests.helpers import FAMILIES, backward
 
 SIZES = [1, 7, 16, 33, 1000, 4099]  # tails shorter than a vector, and odd splits over threads
 

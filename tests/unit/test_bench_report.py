@@ -57,8 +57,8 @@ def test_plan_runs_same_shape_for_every_configuration():
 
 
 def test_compile_measurement_separates_start_up_from_pace(tmp_path, monkeypatch):
-    from cpuft import compile_cache
     from cpuft.bench.runner import compile_measurement
+    from cpuft.plan import compile_cache
 
     eager = {"step_seconds": [0.5, 0.2, 0.2, 0.2]}
     compiled = {"step_seconds": [30.0, 0.1, 0.1, 0.1]}

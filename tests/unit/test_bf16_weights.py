@@ -2,45 +2,10 @@ import copy
 
 import pytest
 import torch
-from transformers import (
-    BertConfig,
-    BertForSequenceClassification,
-    DistilBertConfig,
-    DistilBertForSequenceClassification,
-    MPNetConfig,
-    MPNetForSequenceClassification,
-    RobertaConfig,
-    RobertaForSequenceClassification,
-)
 
 from cpuft.optim import build_optimizer
-from cpuft.train.bf16_weights import Bf16Weights
-
-SMALL = dict(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-             intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-FAMILIES = {
-    "bert": lambda: BertForSequenceClassification(BertConfig(**SMALL)),
-    "roberta": lambda: RobertaForSequenceClassification(RobertaConfig(**SMALL)),
-    "mpnet": lambda: MPNetForSequenceClassification(MPNetConfig(**SMALL)),
-    "distilbert": lambda: DistilBertForSequenceClassification(DistilBertConfig(
-        vocab_size=60, dim=32, n_layers=2, n_heads=4, hidden_dim=64, dropout=0.0,
-        attention_dropout=0.0)),
-}
-
-
-def batch() -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 60, (4, 9), generator=gen)
-    mask = torch.ones(4, 9, dtype=torch.long)
-    mask[1, 5:] = 0
-    return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1, 1, 0])}
-
-
-def backward(model: torch.nn.Module) -> torch.Tensor:
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = model(**batch()).loss
-    loss.backward()
-    return loss.detach()
+from cpuft.speedups.bf16_weights import Bf16Weights
+from tests.helpers import FAMILIES, backward
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

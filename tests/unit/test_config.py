@@ -15,14 +15,16 @@ def parse(*argv):
 
 def test_defaults_are_the_default_job():
     cfg = parse()
-    assert cfg.model == "" and cfg.task == "" and cfg.epochs == 1.0 and cfg.precision == "auto"
+    assert cfg.model.model == "" and cfg.data.task == "" and cfg.optimization.epochs == 1.0 \
+        and cfg.speedups.precision == "auto"
 
 
 def test_flags_override_toml(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text('lr = 3e-5\nbatch-size = 16\ntext_columns = "a,b"\n')
     cfg = parse("--config", str(f), "--batch-size", "8", "--no-fused-optimizer")
-    assert (cfg.lr, cfg.batch_size, cfg.text_columns, cfg.fused_optimizer) == (
+    assert (cfg.optimization.lr, cfg.optimization.batch_size, cfg.data.text_columns,
+            cfg.speedups.fused_optimizer) == (
         3e-5, 8, ["a", "b"], False)
 
 
@@ -30,7 +32,7 @@ def test_yaml_config(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("train:\n  max_steps: 7\n  precision: fp32\n")
     cfg = parse("--config", str(f))
-    assert (cfg.max_steps, cfg.precision) == (7, "fp32")
+    assert (cfg.optimization.max_steps, cfg.speedups.precision) == (7, "fp32")
 
 
 @pytest.mark.parametrize(
@@ -52,3 +54,36 @@ def test_bad_config_files(tmp_path, text, message):
 def test_invalid_values_rejected(flag, value):
     with pytest.raises(CpuftError, match=f"{flag} must be"):
         parse(flag, value)
+
+
+def test_section_tables_in_a_config_file(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[optimization]\nlr = 3e-5\n[data]\nmax-seq-length = 64\n')
+    cfg = parse("--config", str(f))
+    assert (cfg.optimization.lr, cfg.data.max_seq_length) == (3e-5, 64)
+    f.write_text('[data]\nlr = 3e-5\n')
+    with pytest.raises(CpuftError, match="unknown setting data.lr"):
+        parse("--config", str(f))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('precision = "fp16"\n', "'fp16' is not one of auto, bf16, fp32"),
+    ('epochs = inf\n', "--epochs must be a finite number"),
+    ('text_columns = [1]\n', "expected list"),
+])
+def test_choices_and_numbers_are_checked_when_the_config_is_built(tmp_path, text, message):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(CpuftError, match=message):
+        parse("--config", str(f))
+
+
+def test_every_setting_has_help_and_every_recipe_choice_a_recipe():
+    import typing
+
+    from cpuft.config.fields import settings
+    from cpuft.config.sections import Recipe
+    from cpuft.recipes import RECIPES
+
+    assert all(s.help for s in settings().values())
+    assert set(typing.get_args(Recipe)) == set(RECIPES)

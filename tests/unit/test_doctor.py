@@ -6,7 +6,7 @@ from pathlib import Path
 from cpuft.doctor.checks import report
 from cpuft.doctor.facts import NodeFacts
 from cpuft.topology import Isa, Topology, parse_cpuinfo, parse_lscpu
-from tests.conftest import cpuft_env
+from tests.helpers import cpuft_env
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 HEALTHY = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "datasets": "5.2.0"}

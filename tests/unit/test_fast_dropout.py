@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from cpuft.train.fast_dropout import (
+from cpuft.speedups.dropout import (
     FastDropout,
     fast_dropout,
     keep_mask,
@@ -54,7 +54,7 @@ def test_cpuft_attention_masks_padding(tmp_path):
     """A sample's logits must not depend on how much padding its batch has."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    from cpuft.train.fast_dropout import register_attention
+    from cpuft.speedups.attention import register_attention
 
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(
@@ -87,7 +87,7 @@ def test_cpuft_attention_takes_the_softmax_of_bf16_scores_in_fp32():
     way; what differs is the kernel, and the bf16 one is several times slower."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from cpuft.train.fast_dropout import eager_attention
+    from cpuft.speedups.attention import eager_attention
 
     class SoftmaxDtypes(TorchDispatchMode):
         def __init__(self) -> None:
@@ -116,7 +116,7 @@ def test_cpuft_attention_takes_the_softmax_of_bf16_scores_in_fp32():
 
 
 def test_masks_come_from_the_kernel_and_depend_on_the_seed_not_the_threads():
-    from cpuft.train import fast_dropout as fd
+    from cpuft.speedups import dropout as fd
 
     assert fd._mask_kernel() is not None, "the dropout-mask kernel did not build"
     shape = torch.Size([64, 1001])  # enough words for the parallel loop, and a ragged tail
@@ -138,7 +138,7 @@ def test_masks_come_from_the_kernel_and_depend_on_the_seed_not_the_threads():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_without_the_kernel_numpy_makes_the_same_kind_of_mask(monkeypatch, dtype):
-    from cpuft.train import fast_dropout as fd
+    from cpuft.speedups import dropout as fd
 
     monkeypatch.setattr(fd, "_mask_kernel", lambda: None)
     shape = torch.Size([40, 999])
@@ -148,3 +148,35 @@ def test_without_the_kernel_numpy_makes_the_same_kind_of_mask(monkeypatch, dtype
     mask = scaled_keep_mask(shape, 0.2, dtype)
     assert torch.equal(mask, keep.to(dtype) * torch.tensor(1 / 0.8, dtype=dtype))
     assert abs(keep.float().mean().item() - 0.8) < 0.01
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_a_seed_gives_the_same_mask_with_or_without_the_kernel(monkeypatch, dtype):
+    from cpuft.speedups import dropout as fd
+
+    assert fd._mask_kernel() is not None, "the dropout-mask kernel did not build"
+    shape = torch.Size([37, 1001])  # a ragged last word, and enough for the parallel loop
+    made = {}
+    for path in ("kernel", "numpy"):
+        if path == "numpy":
+            monkeypatch.setattr(fd, "_mask_kernel", lambda: None)
+        torch.manual_seed(11)
+        made[path] = (scaled_keep_mask(shape, 0.15, dtype), keep_mask(shape, 0.3))
+    assert torch.equal(made["kernel"][0], made["numpy"][0])
+    assert torch.equal(made["kernel"][1], made["numpy"][1])
+    assert not torch.equal(made["numpy"][0] != 0, made["numpy"][1])  # two draws, two masks
+
+
+def test_the_numpy_stream_is_splitmix64():
+    from cpuft.speedups.dropout import splitmix_draws
+
+    def splitmix(seed, w):  # the reference algorithm, one word at a time
+        z = (seed + (w + 1) * 0x9E3779B97F4A7C15) % 2**64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+        return z ^ (z >> 31)
+
+    seed = 2**62 + 12345
+    draws = splitmix_draws(10, seed)
+    expected = [(splitmix(seed, j // 4) >> (16 * (j % 4))) & 0xFFFF for j in range(10)]
+    assert draws.tolist() == expected

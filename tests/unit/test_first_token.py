@@ -13,8 +13,8 @@ from transformers import (
     RobertaForSequenceClassification,
 )
 
-from cpuft.train.fast_dropout import register_attention
-from cpuft.train.first_token import use_first_token_layer
+from cpuft.speedups.attention import register_attention
+from cpuft.speedups.first_token import use_first_token_layer
 
 SMALL = dict(vocab_size=60, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
              intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -90,8 +90,8 @@ def test_folded_keys_and_values_match_projected_ones_under_dropout():
     """With attention dropout the kept weights no longer sum to 1: the value bias must be
     weighted by what they do sum to. Both ways draw one mask of the same size from the same
     seed, so they drop the same weights."""
-    from cpuft.train.fast_dropout import fast_dropout
-    from cpuft.train.first_token import _first_token_attention
+    from cpuft.speedups.dropout import fast_dropout
+    from cpuft.speedups.first_token import _first_token_attention
 
     torch.manual_seed(0)
     config = BertConfig(**{**SMALL, "attention_probs_dropout_prob": 0.5})

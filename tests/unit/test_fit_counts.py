@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-from cpuft.train.loop import FitConfig, fit
+from cpuft.engine.fit import FitConfig, fit
 
 MASKS = (torch.tensor([[1, 1, 0], [1, 0, 0]]), torch.tensor([[1, 0], [1, 0]]),
          torch.tensor([[1, 1, 1], [0, 0, 0]]))

@@ -87,31 +87,28 @@ def test_direct_commands_set_each_rank():
 
 
 def launch_args(tmp_path, **kw):
-    import argparse
+    from cpuft.launch.request import LaunchRequest
 
-    base = dict(nproc_per_node="1", hostfile=None, launcher=None, master_addr=None,
-                master_port=29400, max_restarts=0, remote_shell=None, mpi="openmpi",
-                comm_cores=0)
-    base.update(kw)
-    return argparse.Namespace(**base)
+    return LaunchRequest(**{"nproc_per_node": "1", "master_port": 29400, **kw})
 
 
 def test_comm_cores_reach_every_rank_env(tmp_path, monkeypatch, capsys):
-    from cpuft.cli import launch_flags
+    from cpuft.launch import request as launch_request
     from cpuft.topology import Isa, Topology, parse_lscpu
 
     four = Topology(cpus=tuple(parse_lscpu("".join(f"{c},{c},0,0\n" for c in range(4)))),
                     isa=Isa())
-    monkeypatch.setattr("cpuft.topology.read_topology", lambda: four)
+    monkeypatch.setattr(launch_request, "read_topology", lambda: four)
     hosts = tmp_path / "hosts"
     hosts.write_text("n1\nn2\n")
-    cfg = launch_flags.build_launch(launch_args(tmp_path, nproc_per_node="2", hostfile=str(hosts),
-                                                comm_cores=1), [], check_network=False)
+    cfg = launch_request.build_launch(launch_args(tmp_path, nproc_per_node="2",
+                                                  hostfile=str(hosts), comm_cores=1),
+                                      check_network=False)
     assert cfg.env["CPUFT_RANK_CORES"] == "0;2" and cfg.env["CPUFT_COMM_CORES"] == "1;3"
     assert cfg.env["OMP_NUM_THREADS"] == "1"
     assert "idle" not in capsys.readouterr().err
     # one process never communicates: its comm cores would sit idle, and it says so
-    launch_flags.build_launch(launch_args(tmp_path, comm_cores=1), [], check_network=False)
+    launch_request.build_launch(launch_args(tmp_path, comm_cores=1), check_network=False)
     assert "--comm-cores 1 with one process" in capsys.readouterr().err
 
 
@@ -121,7 +118,7 @@ def test_comm_cores_reach_every_rank_env(tmp_path, monkeypatch, capsys):
     (dict(max_restarts=-1), "--max-restarts must be 0 or more"),
 ])
 def test_bad_launch_numbers_are_refused(tmp_path, flags, message):
-    from cpuft.cli import launch_flags
+    from cpuft.launch.request import build_launch
 
     with pytest.raises(CpuftError, match=message):
-        launch_flags.build_launch(launch_args(tmp_path, **flags), [], check_network=False)
+        build_launch(launch_args(tmp_path, **flags), check_network=False)

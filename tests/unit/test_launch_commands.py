@@ -1,7 +1,7 @@
 import sys
 
+from cpuft.bench.workers import worker_command
 from cpuft.launch.reexec import reexec_command
-from cpuft.launch.workers import worker_command
 
 
 def test_reexec_keeps_arguments_and_adds_preload():

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cpuft.train.model_io import sequence_length_limit
+from cpuft.recipes.hf_models import sequence_length_limit
 
 NO_LIMIT = SimpleNamespace(model_max_length=int(1e30))  # a tokenizer that does not know its model
 

@@ -103,7 +103,7 @@ def test_optimizer_state_round_trips():
 def test_word_embeddings_go_sparse_unless_tied_to_the_output():
     from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
 
-    from cpuft.train.model_io import make_embeddings_sparse
+    from cpuft.speedups.sparse_embeddings import make_embeddings_sparse
 
     small = dict(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                  intermediate_size=32)

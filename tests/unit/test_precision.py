@@ -1,12 +1,16 @@
 import pytest
 import torch
 
-from cpuft.speedups import BF16_MIN_SPEEDUP, SpeedPlan, precision_from_speedup
-from cpuft.train.precision import bf16_matmul_speedup, resolve_precision
+from cpuft.plan.choices import BF16_MIN_SPEEDUP, precision_from_speedup
+from cpuft.plan.probe import bf16_matmul_speedup
+from cpuft.plan.resolve import settle_precision
+from cpuft.plan.speed_plan import SpeedPlan
 
 
 def plan(precision: str) -> SpeedPlan:
-    return SpeedPlan(precision=precision, precision_reason="auto: CPU has avx512_bf16", threads=1)
+    """A plan as make_plan leaves it: 'auto' is a precision still to be measured (None)."""
+    return SpeedPlan(precision=None if precision == "auto" else precision,
+                     precision_reason="auto: CPU has avx512_bf16", threads=1)
 
 
 @pytest.mark.parametrize(
@@ -27,11 +31,11 @@ def test_auto_is_measured_once_and_recorded():
         return 0.53
 
     p = plan("auto")
-    resolve_precision(p, "auto", measure=measure)
+    p = settle_precision(p, "auto", measure=measure)
     assert (p.precision, len(calls)) == ("fp32", 1)
     assert "0.53x" in p.precision_reason
     decided = plan("bf16")
-    resolve_precision(decided, "bf16", measure=measure)
+    decided = settle_precision(decided, "bf16", measure=measure)
     assert decided.precision == "bf16" and len(calls) == 1
 
 
@@ -43,27 +47,34 @@ def test_ranks_keep_bf16_only_if_every_rank_chose_it():
         return False
 
     p = plan("auto")
-    resolve_precision(p, "auto", others_fp32, measure=lambda: 2.4)
+    p = settle_precision(p, "auto", others_fp32, measure=lambda: 2.4)
     assert p.precision == "fp32" and seen == [True]
     assert "another rank" in p.precision_reason
     # A rank without native bf16 (fp32 without measuring) still joins the vote.
     fixed = plan("fp32")
-    resolve_precision(fixed, "auto", others_fp32, measure=lambda: pytest.fail("measured"))
+    fixed = settle_precision(fixed, "auto", others_fp32, measure=lambda: pytest.fail("measured"))
     assert fixed.precision == "fp32" and seen == [True, False]
     agreed = plan("auto")
-    resolve_precision(agreed, "auto", lambda flag: flag, measure=lambda: 2.4)
+    agreed = settle_precision(agreed, "auto", lambda flag: flag, measure=lambda: 2.4)
     assert agreed.precision == "bf16"
 
 
 def test_forced_precision_is_not_put_to_a_vote():
     p = plan("bf16")
-    resolve_precision(p, "bf16", lambda flag: pytest.fail("voted"))
+    p = settle_precision(p, "bf16", lambda flag: pytest.fail("voted"))
     assert p.precision == "bf16"
 
 
-def test_matmul_speedup_is_a_measured_ratio():
-    ratio = bf16_matmul_speedup(size=64, rounds=2, reps=1)
-    assert 0.0 < ratio < 1000.0
+def test_matmul_speedup_is_the_median_of_fp32_time_over_bf16_time(monkeypatch):
+    from cpuft.plan import probe
+
+    bf16_times = iter([1.0, 4.0, 0.5])  # fp32 takes 2 s every round: ratios 2, 0.5, 4
+
+    def timed(a, b, reps):
+        return 2.0 if a.dtype == torch.float32 else next(bf16_times)
+
+    monkeypatch.setattr(probe, "_timed", timed)
+    assert bf16_matmul_speedup(size=8, rounds=3, reps=1) == 2.0
 
 
 def test_measuring_leaves_the_seeded_generator_alone():

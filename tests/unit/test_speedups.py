@@ -1,13 +1,8 @@
 import pytest
 
 from cpuft.errors import CpuftError
-from cpuft.speedups import (
-    SpeedPlan,
-    allocator_env,
-    choose_allocator,
-    choose_bf16_weights,
-    choose_compile,
-)
+from cpuft.plan.allocator import allocator_env, choose_allocator
+from cpuft.plan.choices import choose_bf16_weights, choose_compile
 
 
 def test_allocator_found_in_given_dirs(tmp_path):
@@ -26,12 +21,11 @@ def test_allocator_missing(tmp_path):
 
 
 def test_allocator_env_prepends_once():
-    plan = SpeedPlan(precision="bf16", precision_reason="", threads=2, allocator="tcmalloc",
-                     allocator_path="/lib/libtcmalloc.so.4")
-    assert allocator_env(plan, {"LD_PRELOAD": "/x.so"}) == {
+    plan = ("tcmalloc", "/lib/libtcmalloc.so.4")
+    assert allocator_env(*plan, {"LD_PRELOAD": "/x.so"}) == {
         "LD_PRELOAD": "/lib/libtcmalloc.so.4:/x.so"
     }
-    assert allocator_env(plan, {"LD_PRELOAD": "/lib/libtcmalloc.so.4"}) == {}
+    assert allocator_env(*plan, {"LD_PRELOAD": "/lib/libtcmalloc.so.4"}) == {}
 
 
 def test_compile_pays_only_when_saving_beats_cost():

@@ -41,34 +41,24 @@ class HalvesSpec:
 def measure(spec: HalvesSpec) -> dict[str, Any]:
     import torch
 
-    from cpuft.config import TrainConfig
-    from cpuft.data.batching import Collator, epoch_batches, shard
-    from cpuft.data.prepare import encode, load_labelled
-    from cpuft.speedups import make_plan
+    from cpuft.config import config_from
+    from cpuft.data.batching import TokenBatches, epoch_batches, shard
+    from cpuft.job.build import build_run
+    from cpuft.plan.speed_plan import make_plan
+    from cpuft.recipes.classifier import ClassifierTask
     from cpuft.topology import read_topology
-    from cpuft.train.model_io import (
-        apply_model_speedups,
-        load_classifier,
-        load_tokenizer,
-        resolve_model,
-    )
-    from cpuft.train.precision import resolve_precision
-    from cpuft.train.step import TrainStep
 
     os.sched_setaffinity(0, {spec.core})
     torch.set_num_threads(1)
-    data = load_labelled(TrainConfig())
-    path = resolve_model(spec.model)
-    tokenizer = load_tokenizer(path)
-    train = encode(data.texts["train"], data.labels["train"], tokenizer, spec.max_seq_length)
-    torch.manual_seed(0)
-    model = load_classifier(path, data.label_map).train()
-    speedups = make_plan(TrainConfig(), read_topology())
-    resolve_precision(speedups, "auto")  # as the nodes' runs settle it
-    apply_model_speedups(model, speedups)
-    train_step = TrainStep(model, precision=speedups.precision,
-                           bf16_weights=speedups.bf16_weights)
-    collate = Collator(pad_id=tokenizer.pad_token_id)
+    cfg = config_from({"model": spec.model, "max_seq_length": spec.max_seq_length, "seed": 0})
+    # as the nodes' runs settle the precision and patch the model
+    run = build_run(cfg, make_plan(cfg, read_topology()), say=lambda _line: None)
+    assert isinstance(run.task, ClassifierTask)
+    run.task.model.train()
+    train_step = run.train_step()
+    train = run.task.encoded["train"]
+    assert isinstance(run.source, TokenBatches)
+    collate = run.source.collator
     # fit's plan: micro-batches of global_batch / grad_accum, grad_accum of them per step
     accum = spec.grad_accum
     micro = epoch_batches(train.lengths, spec.global_batch // accum, seed=42, epoch=0)

@@ -8,12 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cpuft import compile_cache
 from cpuft.bench.spec import CONFIGS, OPTIONAL_CONFIGS, RunSpec
-from cpuft.config import TrainConfig
+from cpuft.bench.workers import run_worker
 from cpuft.errors import CpuftError
-from cpuft.launch.workers import run_worker
-from cpuft.speedups import allocator_env, make_plan
+from cpuft.plan import compile_cache
+from cpuft.plan.allocator import preload_env
 from cpuft.topology import read_topology
 
 # (steps, batch size, validation rows scored; 0 = all). bert-base has random weights: its
@@ -151,8 +150,7 @@ def median_run(done: list[dict[str, Any]], speed: str = "samples_per_second") ->
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
     if opts.rounds < 1:
         raise CpuftError("--rounds must be at least 1")
-    plan = make_plan(TrainConfig(max_seq_length=opts.max_seq_length), read_topology())
-    cpuft_env = allocator_env(plan)
+    cpuft_env = preload_env()
     matmul_spec = RunSpec(config="matmul", model="-", steps=0, batch_size=0)
     say("measuring matmul FLOP/s (bf16, fp32)")
     matmul_before = _run(matmul_spec, cpuft_env)
@@ -181,7 +179,8 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
         if spec.config == "cpuft-compile" and "cpuft" in done:
             m = compile_measurement(done["cpuft"], done["cpuft-compile"], spec.batch_size)
             compile_cache.store(compile_cache.key(
-                cpu=plan.cpu, model=spec.model, precision=done["cpuft"]["precision"],
+                cpu=read_topology().model_name, model=spec.model,
+                precision=done["cpuft"]["precision"],
                 max_seq_length=spec.max_seq_length, torch_version=done["cpuft"]["torch"],
             ), m)
             say(f"{spec.model}: compile {m.speedup:.2f}x steady speed, costs "

@@ -8,7 +8,6 @@ steps (``steady_samples_per_second``). Needs root.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -19,6 +18,7 @@ from typing import Any
 
 from cpuft.bench.steal import STEAL_WARN, read_ticks, steal_fraction
 from cpuft.errors import CpuftError
+from cpuft.launch.request import LaunchRequest
 from cpuft.topology import read_topology
 
 TARGET_EFFICIENCY = 0.95
@@ -53,12 +53,10 @@ def runs(compressions: tuple[str, ...]) -> list[tuple[str, int, str]]:
             *((f"2-nodes-{c}" if c != "none" else "2-nodes", 2, c) for c in chosen)]
 
 
-def _launch_args(hostfile: Path, port: int) -> argparse.Namespace:
-    return argparse.Namespace(
-        nproc_per_node="1", hostfile=str(hostfile), launcher="ssh", master_addr=None,
-        master_port=port, max_restarts=0, remote_shell="ip netns exec {host}", mpi="openmpi",
-        comm_cores=0,
-    )
+def _launch_request(hostfile: Path, port: int, train_args: list[str]) -> LaunchRequest:
+    return LaunchRequest(nproc_per_node="1", hostfile=str(hostfile), launcher="ssh",
+                         master_port=port, remote_shell="ip netns exec {host}",
+                         train_args=train_args)
 
 
 def _train_args(opts: ScalingOptions, batch: int, compression: str, out: Path) -> list[str]:
@@ -76,8 +74,8 @@ def _train_args(opts: ScalingOptions, batch: int, compression: str, out: Path) -
 def run_one(name: str, nodes: int, compression: str, opts: ScalingOptions,
             workdir: Path) -> dict[str, Any]:
     """One job on ``nodes`` namespaced nodes, each one core."""
-    from cpuft.cli.launch_flags import build_launch
-    from cpuft.launch.netns import namespace_cluster
+    from cpuft.bench.netns import namespace_cluster
+    from cpuft.launch.request import build_launch
     from cpuft.launch.run import run_job
 
     cores = read_topology().first_thread_per_core()
@@ -86,7 +84,7 @@ def run_one(name: str, nodes: int, compression: str, opts: ScalingOptions,
     with namespace_cluster(nodes, rate=opts.rate) as cluster:
         hostfile = workdir / f"{name}.hosts"
         hostfile.write_text("".join(f"{h}\n" for h in cluster.hosts))
-        cfg = build_launch(_launch_args(hostfile, opts.port), train)
+        cfg = build_launch(_launch_request(hostfile, opts.port, train))
         for i, host in enumerate(cluster.hosts):
             # one node, one core: what a node of the cluster would have to itself
             cfg.host_env[host].update({"CPUFT_RANK_CORES": str(cores[i % len(cores)]),
@@ -101,14 +99,13 @@ def run_halves(opts: ScalingOptions) -> dict[str, Any]:
     """The 2-node ceiling on this machine: one core trains the 2-node run's global batches whole
     and as the halves its 2 nodes get, the same samples both ways (see cpuft.bench.halves)."""
     from cpuft.bench.halves import HalvesSpec
-    from cpuft.config import TrainConfig
-    from cpuft.launch.workers import run_worker
-    from cpuft.speedups import allocator_env, make_plan
+    from cpuft.bench.workers import run_worker
+    from cpuft.plan.allocator import preload_env
 
     spec = HalvesSpec(model=opts.model, global_batch=opts.global_batch, grad_accum=opts.grad_accum,
                       batches=max(opts.steps, 4), core=read_topology().first_thread_per_core()[0],
                       max_seq_length=opts.max_seq_length)
-    env = allocator_env(make_plan(TrainConfig(), read_topology())) | {"OMP_NUM_THREADS": "1"}
+    env = preload_env() | {"OMP_NUM_THREADS": "1"}
     stdout = run_worker("cpuft.bench.halves", [spec.to_json()], env)
     result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return result

@@ -19,66 +19,54 @@ import torch
 
 from cpuft.bench.spec import RunSpec
 from cpuft.bench.steal import read_ticks, steal_fraction
-from cpuft.config import TrainConfig
-from cpuft.data.batching import Collator, TokenBatches, epoch_batches
-from cpuft.data.prepare import Encoded, encode, load_labelled
+from cpuft.config import TrainConfig, config_from
+from cpuft.data.batching import Collator, epoch_batches
+from cpuft.data.prepare import Encoded, encode
+from cpuft.engine.fit import fit
+from cpuft.engine.process import apply_plan, loaded_allocator
+from cpuft.engine.step import batch_counts
+from cpuft.job.build import build_run
 from cpuft.metrics.pace import steady_seconds, warmup_steps
-from cpuft.speedups import make_plan
+from cpuft.plan.probe import matmul_gflops
+from cpuft.plan.resolve import settle_precision
+from cpuft.plan.speed_plan import make_plan
+from cpuft.recipes.classifier import ClassifierRecipe, ClassifierTask
+from cpuft.recipes.classifier_eval import evaluate
+from cpuft.recipes.hf_models import default_model_path, load_tokenizer
 from cpuft.topology import read_topology
-from cpuft.train.evaluate import evaluate
-from cpuft.train.loop import FitConfig, batch_counts, fit
-from cpuft.train.model_io import (
-    apply_model_speedups,
-    default_model_path,
-    load_classifier,
-    load_tokenizer,
-    resolve_model,
-)
-from cpuft.train.precision import resolve_precision
-from cpuft.train.runtime import apply_plan, loaded_allocator
-
-
-def measure_matmul(dtype: torch.dtype, n: int = 2048, seconds: float = 1.5) -> float:
-    """Sustained GFLOP/s of an n x n matmul in ``dtype`` on this process's threads.
-
-    Where the dtype is emulated (bf16 without avx512_bf16 runs at ~1 GFLOP/s: a 2048 matmul
-    then takes 15 s) the size shrinks until one product takes at most a tenth of ``seconds``.
-    """
-    size = 256
-    while True:
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        started = time.perf_counter()
-        a @ b
-        took = time.perf_counter() - started
-        if size >= n or took * 8 > seconds / 10:
-            break
-        size *= 2
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        count += 1
-    return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
 
 
 def trainer_best_precision() -> tuple[str, str]:
     """bf16 where native and faster: the same measured rule as cpuft's, so that neither side
     loses by a precision that is slower on this CPU."""
-    plan = make_plan(TrainConfig(), read_topology())
-    resolve_precision(plan, "auto")
-    return plan.precision, plan.precision_reason
+    plan = settle_precision(make_plan(TrainConfig(), read_topology()), "auto")
+    return str(plan.precision), plan.precision_reason
 
 
-def build_model(spec: RunSpec, label_map: Any) -> tuple[Any, Any]:
-    torch.manual_seed(spec.seed)
-    if spec.model == "bert-base":
+def run_config(spec: RunSpec) -> TrainConfig:
+    """The ``cpuft train`` settings of this run: the default job's data, the spec's sizes."""
+    return config_from({
+        "model": spec.model if spec.model not in ("minilm", "bert-base") else "",
+        "max_seq_length": spec.max_seq_length, "batch_size": spec.batch_size,
+        "max_steps": spec.steps, "lr": spec.lr, "weight_decay": spec.weight_decay,
+        "seed": spec.seed, "log_steps": spec.steps, "progress": False, "warmup_ratio": 0.0,
+        "compile": "on" if spec.config == "cpuft-compile" else "off",
+    })
+
+
+def recipe(spec: RunSpec) -> ClassifierRecipe:
+    """The classifier recipe; for 'bert-base', a bert-base size model with random weights."""
+    if spec.model != "bert-base":
+        return ClassifierRecipe()
+
+    def bert_base(label_map: Any) -> tuple[Any, Any]:
         from transformers import BertConfig, BertForSequenceClassification
 
-        tokenizer = load_tokenizer(default_model_path())
         config = BertConfig(id2label=label_map.id2label(),  # bert-base's default sizes
                             label2id={v: k for k, v in label_map.id2label().items()})
-        return BertForSequenceClassification(config), tokenizer
-    path = default_model_path() if spec.model == "minilm" else resolve_model(spec.model)
-    return load_classifier(path, label_map), load_tokenizer(path)
+        return BertForSequenceClassification(config), load_tokenizer(default_model_path())
+
+    return ClassifierRecipe(build_model=bert_base)
 
 
 def flops_per_sample(model: Any, mean_tokens: float) -> float:
@@ -178,44 +166,37 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
     return (precision, reason), step_seconds, step_tokens
 
 
-def train_with_cpuft(spec: RunSpec, model: Any, tokenizer: Any,
-                    train: Encoded) -> tuple[tuple[str, str], list[float], list[int], str]:
-    """As ``train_with_trainer``, and how the optimizer stepped bf16 weights."""
-    plan = apply_plan(make_plan(TrainConfig(max_seq_length=spec.max_seq_length), read_topology()),
-                      pin_cores=True)
-    resolve_precision(plan, "auto")
-    apply_model_speedups(model, plan)
-    source = TokenBatches(train, Collator(pad_id=tokenizer.pad_token_id), spec.batch_size,
-                          spec.seed)
-    result = fit(model, source, FitConfig(
-        total_steps=spec.steps, lr=spec.lr, weight_decay=spec.weight_decay,
-        precision=plan.precision, bf16_weights=plan.bf16_weights, fused_optimizer=True,
-        log_steps=spec.steps,
-        compile=spec.config == "cpuft-compile",
-    ))
-    return ((plan.precision, plan.precision_reason), result.step_seconds, result.step_tokens,
-            result.optimizer_kernel)
+def train_with_cpuft(spec: RunSpec) -> tuple[ClassifierTask, tuple[str, str], list[float],
+                                            list[int], str]:
+    """The task cpuft trained, the precision with its reason, the per-step seconds and real
+    tokens, and how the optimizer stepped bf16 weights."""
+    cfg = run_config(spec)
+    plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=True)
+    run = build_run(cfg, plan, recipe=recipe(spec), say=lambda _line: None)
+    result = fit(run.task.model, run.source, run.fit_config())
+    assert isinstance(run.task, ClassifierTask)
+    return (run.task, (str(run.plan.precision), run.plan.precision_reason), result.step_seconds,
+            result.step_tokens, result.optimizer_kernel)
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
     if spec.config == "matmul":
-        return {"bf16_gflops": measure_matmul(torch.bfloat16),
-                "fp32_gflops": measure_matmul(torch.float32), "threads": torch.get_num_threads()}
-    data = load_labelled(TrainConfig())
-    model, tokenizer = build_model(spec, data.label_map)
-    train = encode(data.texts["train"], data.labels["train"], tokenizer, spec.max_seq_length)
+        return {"bf16_gflops": matmul_gflops("bf16"), "fp32_gflops": matmul_gflops("fp32"),
+                "threads": torch.get_num_threads()}
+    ticks = read_ticks()
+    optimizer_kernel = ""
+    if spec.config.startswith("cpuft"):
+        task, (precision, reason), step_seconds, step_tokens, optimizer_kernel = \
+            train_with_cpuft(spec)
+    else:
+        task = recipe(spec).load(run_config(spec), lambda _line: None)
+        (precision, reason), step_seconds, step_tokens = train_with_trainer(
+            spec, task.model, task.tokenizer, task.encoded["train"])
+    model, tokenizer, data = task.model, task.tokenizer, task.data
     val_texts, val_labels = data.texts["validation"], data.labels["validation"]
     if spec.eval_samples:
         val_texts, val_labels = val_texts[: spec.eval_samples], val_labels[: spec.eval_samples]
     validation = encode(val_texts, val_labels, tokenizer, spec.max_seq_length)
-    ticks = read_ticks()
-    optimizer_kernel = ""
-    if spec.config.startswith("cpuft"):
-        (precision, reason), step_seconds, step_tokens, optimizer_kernel = train_with_cpuft(
-            spec, model, tokenizer, train)
-    else:
-        (precision, reason), step_seconds, step_tokens = train_with_trainer(
-            spec, model, tokenizer, train)
     steal = steal_fraction(ticks, read_ticks())
     scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
                       batch_size=128, precision=precision, metrics=("accuracy",),

@@ -134,7 +134,7 @@ def check_args(args: argparse.Namespace) -> None:
     from cpuft.bench.spec import MODELS
     from cpuft.cli.output import check_writable_dir
     from cpuft.errors import CpuftError
-    from cpuft.train.model_io import folder_sequence_limit
+    from cpuft.recipes.hf_models import folder_sequence_limit
 
     if args.steps < 0 or args.batch_size < 0:
         raise CpuftError("--steps and --batch-size must be positive")

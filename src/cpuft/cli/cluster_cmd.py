@@ -27,15 +27,13 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cpuft.cli.launch_flags import build_launch
     from cpuft.doctor.cluster import check_cluster
+    from cpuft.launch.request import LaunchRequest, build_launch
 
-    launch_args = argparse.Namespace(
-        nproc_per_node="1", hostfile=args.hostfile, launcher="ssh", master_addr=args.master_addr,
-        master_port=args.master_port, max_restarts=0, remote_shell=args.remote_shell,
-        mpi="openmpi", comm_cores=0,
-    )
-    cfg = build_launch(launch_args, [], check_network=False)
+    request = LaunchRequest(nproc_per_node="1", hostfile=args.hostfile, launcher="ssh",
+                            master_addr=args.master_addr, master_port=args.master_port,
+                            remote_shell=args.remote_shell)
+    cfg = build_launch(request, check_network=False)
     return emit(check_cluster(cfg, master_given=bool(args.master_addr)), args.json, print_report)
 
 

@@ -1,11 +1,12 @@
-"""argparse flags built from TrainConfig's fields, so each setting is declared once."""
+"""argparse flags built from the config's settings, so each setting is declared once."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from cpuft.config import config_fields, field_default
+from cpuft.config.fields import settings
+from cpuft.config.sections import SECTIONS
 
 
 def _comma_list(text: str) -> list[str]:
@@ -13,31 +14,30 @@ def _comma_list(text: str) -> list[str]:
 
 
 def add_train_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field; unset flags stay absent, so a config file can fill them."""
+    """One flag per setting, grouped by section; unset flags stay absent, so a config file can
+    fill them."""
     parser.add_argument("--config", metavar="FILE", help="TOML or YAML file of these settings; "
                         "flags given on the command line override it.")
-    for f in config_fields():
-        flag = "--" + f.name.replace("_", "-")
-        default = field_default(f)
+    groups = {name: parser.add_argument_group(f"{name} settings") for name in SECTIONS}
+    for s in settings().values():
         kwargs: dict[str, Any] = {
-            "dest": f.name,
+            "dest": s.name,
             "default": argparse.SUPPRESS,
-            "help": f"{f.metadata['help']} (default: {default!r})",
+            "help": f"{s.help} (default: {s.default!r})",
         }
-        if isinstance(default, bool):
+        if s.kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
-        elif isinstance(default, list):
+        elif s.kind is list:
             kwargs["type"] = _comma_list
             kwargs["metavar"] = "A[,B]"
+        elif s.choices:
+            kwargs["choices"] = s.choices
         else:
-            kwargs["type"] = type(default)
-            kwargs["metavar"] = f.name.upper()
-        if "choices" in f.metadata:
-            kwargs["choices"] = f.metadata["choices"]
-            kwargs.pop("metavar", None)
-        parser.add_argument(flag, **kwargs)
+            kwargs["type"] = s.kind
+            kwargs["metavar"] = s.name.upper()
+        groups[s.section].add_argument("--" + s.name.replace("_", "-"), **kwargs)
 
 
 def given_flags(args: argparse.Namespace) -> dict[str, Any]:
-    names = {f.name for f in config_fields()}
+    names = settings().keys()
     return {k: v for k, v in vars(args).items() if k in names}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cpuft.cli.launch_flags import add_launch_flags, build_launch
+from cpuft.cli.launch_flags import add_launch_flags, launch_request
 
 DESCRIPTION = """\
 Run a cpuft command on several processes and hosts:
@@ -31,7 +31,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cpuft.cli.flags import given_flags
+    from cpuft.cli.main import build_parser
+    from cpuft.config import build_config, load_config_file
     from cpuft.errors import CpuftError
+    from cpuft.launch.request import build_launch
     from cpuft.launch.run import run_job
 
     command = list(args.command)
@@ -39,4 +43,10 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if command[:1] != ["train"]:
         raise CpuftError("give the command to run after --, e.g. `cpuft launch -- train`")
-    return int(run_job(build_launch(args, command[1:])))
+    # The ranks' own settings, checked here once rather than on every rank, decide what the
+    # launcher sets up for them (the allocator it preloads).
+    ranks = build_parser().parse_args(command)
+    cfg = build_config(load_config_file(ranks.config) if ranks.config else {},
+                       given_flags(ranks))
+    request = launch_request(args, command[1:], cfg.speedups.allocator)
+    return int(run_job(build_launch(request)))

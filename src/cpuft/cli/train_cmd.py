@@ -10,7 +10,12 @@ import sys
 from typing import Any
 
 from cpuft.cli.flags import add_train_flags, given_flags
-from cpuft.cli.launch_flags import add_launch_flags, build_launch, strip_launch_flags, wants_launch
+from cpuft.cli.launch_flags import (
+    add_launch_flags,
+    launch_request,
+    strip_launch_flags,
+    wants_launch,
+)
 
 DESCRIPTION = """\
 Fine-tune a pretrained model for sequence classification (or regression).
@@ -37,45 +42,50 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from cpuft.config import build_config, load_config_file
     from cpuft.dist.env import rank_info
     from cpuft.launch.reexec import already_reexecuted, reexec
-    from cpuft.speedups import allocator_env, make_plan
+    from cpuft.plan.allocator import allocator_env
+    from cpuft.plan.speed_plan import make_plan
     from cpuft.topology import read_topology
 
     cfg = build_config(load_config_file(args.config) if args.config else {}, given_flags(args))
     me = rank_info(os.environ)
     if wants_launch(args) and not me.distributed:
+        from cpuft.launch.request import build_launch
         from cpuft.launch.run import run_job
 
-        return run_job(build_launch(args, strip_launch_flags(args.argv)))
+        request = launch_request(args, strip_launch_flags(args.argv), cfg.speedups.allocator)
+        return run_job(build_launch(request))
     if me.distributed:
         prefix_output(os.environ.get("CPUFT_HOST", "localhost"), me.rank)
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
         # torchrun restarted the workers after a failure: continue from the last checkpoint.
         from pathlib import Path
 
-        from cpuft.train.checkpoint import latest_checkpoint
+        from cpuft.engine.checkpoint import latest_checkpoint
 
-        found = latest_checkpoint(Path(cfg.output_dir)) is not None
-        cfg.resume, cfg.overwrite = found, not found
+        found = latest_checkpoint(Path(cfg.output.output_dir)) is not None
+        cfg = replace(cfg, output=replace(cfg.output, resume=found, overwrite=not found))
     plan = make_plan(cfg, read_topology())
-    preload = allocator_env(plan)
+    preload = allocator_env(plan.allocator, plan.allocator_path)
     if preload and args.may_reexec and not already_reexecuted():
         reexec(sys.argv[1:], preload)
 
     from cpuft.dist.group import init_distributed, shutdown
-    from cpuft.train.job import run_train
-    from cpuft.train.runtime import apply_plan
+    from cpuft.engine.process import apply_plan
+    from cpuft.job.train import run_train
 
-    apply_plan(plan, cfg.pin_cores)
-    ctx = init_distributed(cfg.backend, comm_cores=plan.comm_cores)
+    plan = apply_plan(plan, cfg.speedups.pin_cores)
+    ctx = init_distributed(cfg.distributed.backend, comm_cores=plan.comm_cores)
     try:
         summary = run_train(cfg, plan, dist=ctx)
     finally:
         shutdown(ctx)
     if summary:
-        print_summary(summary, cfg.output_dir)
+        print_summary(summary, cfg.output.output_dir)
     return 0
 
 

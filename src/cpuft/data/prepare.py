@@ -1,4 +1,4 @@
-"""From a TrainConfig to checked, labelled splits, then to token ids."""
+"""From the data settings to checked, labelled splits, then to token ids."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cpuft.config import DEFAULT_TASK, TrainConfig
+from cpuft.config import DEFAULT_TASK, DataConfig
 from cpuft.data.labels import LabelMap
 from cpuft.data.tables import load_table
 from cpuft.data.tasks import get_task
@@ -47,7 +47,7 @@ class Encoded:
         return [len(ids) for ids in self.input_ids]
 
 
-def _raw_splits(cfg: TrainConfig) -> tuple[str, tuple[str, ...], str, tuple[str, ...], bool | None,
+def _raw_splits(cfg: DataConfig) -> tuple[str, tuple[str, ...], str, tuple[str, ...], bool | None,
                                           dict[str, Any]]:
     """(task, text columns, label column, metrics, regression, raw splits) from the config."""
     if cfg.train_file:
@@ -106,7 +106,7 @@ def default_metrics(label_map: LabelMap) -> tuple[str, ...]:
     return ("accuracy", "f1") if label_map.num_labels == 2 else ("accuracy",)
 
 
-def load_labelled(cfg: TrainConfig) -> LabelledSplits:
+def load_labelled(cfg: DataConfig) -> LabelledSplits:
     """Load every split, check its columns and labels, and encode the labels."""
     task, text_cols, label_col, metrics, regression, raw = _raw_splits(cfg)
     for split, ds in raw.items():

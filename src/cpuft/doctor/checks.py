@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cpuft.config import TrainConfig
+from cpuft.config import SpeedupConfig
 from cpuft.doctor.facts import NodeFacts
-from cpuft.speedups import choose_precision, precision_from_speedup
+from cpuft.plan.choices import choose_precision, precision_from_speedup
 from cpuft.topology.placement import auto_nproc, plan_node
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -28,8 +28,9 @@ class Finding:
 def choices(facts: NodeFacts) -> dict[str, Any]:
     """The plan cpuft makes here with default settings, with reasons."""
     topo = facts.topology
-    precision, why = choose_precision(TrainConfig().precision, topo)
-    if precision == "auto" and facts.bf16_matmul_speedup:
+    chosen, why = choose_precision(SpeedupConfig().precision, topo)
+    precision = chosen or "auto"  # "auto": to be measured, where the doctor did not
+    if chosen is None and facts.bf16_matmul_speedup:
         precision, why = precision_from_speedup(facts.bf16_matmul_speedup)
     ranks = auto_nproc(topo)
     placements = plan_node(topo, ranks)

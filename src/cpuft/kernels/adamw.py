@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
-from cpuft.kernels.build import load
+from cpuft.kernels.build import load_kernel
+from cpuft.kernels.signature import Kernel
 
 _PTRS = ctypes.c_void_p
 
@@ -26,26 +27,18 @@ def _floats(values: Sequence[float]) -> ctypes.Array[ctypes.c_float]:
 
 
 class AdamWBf16:
-    """The kernels of one loaded library."""
+    """The two functions of adamw_bf16.c, bound from their C prototypes."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        self._sum_squares = lib.cpuft_bf16_sum_squares
-        self._sum_squares.restype = ctypes.c_double
-        self._sum_squares.argtypes = [ctypes.c_int, ctypes.POINTER(_PTRS),
-                                      ctypes.POINTER(ctypes.c_int64)]
-        self._step = lib.cpuft_adamw_bf16
-        self._step.restype = None
-        floats = ctypes.POINTER(ctypes.c_float)
-        self._step.argtypes = [ctypes.c_int, *[ctypes.POINTER(_PTRS)] * 6,
-                               ctypes.POINTER(ctypes.c_int64), floats, floats, floats,
-                               *[ctypes.c_float] * 5]
+    def __init__(self, sum_squares: Kernel, step: Kernel) -> None:
+        self._sum_squares, self._step = sum_squares, step
 
     def sum_squares(self, grads: Sequence[torch.Tensor]) -> float:
         """The sum of the squares of every element of the bf16 ``grads``, in double."""
         if not grads:
             return 0.0
         sizes = (ctypes.c_int64 * len(grads))(*[g.numel() for g in grads])
-        return float(self._sum_squares(len(grads), _pointers(grads, torch.bfloat16), sizes))
+        return float(self._sum_squares(n=len(grads), grads=_pointers(grads, torch.bfloat16),
+                                       sizes=sizes))
 
     def step(self, *, grads: Sequence[torch.Tensor], masters: Sequence[torch.Tensor],
              exp_avgs: Sequence[torch.Tensor], exp_avg_sqs: Sequence[torch.Tensor],
@@ -67,16 +60,22 @@ class AdamWBf16:
                                  f"weight {w.numel()}")
         low = grads[0].dtype == torch.bfloat16
         grad_ptrs = _pointers(grads, torch.bfloat16 if low else torch.float32)
-        self._step(n, grad_ptrs if low else None, None if low else grad_ptrs,
-                   _pointers(masters, torch.float32), _pointers(exp_avgs, torch.float32),
-                   _pointers(exp_avg_sqs, torch.float32), _pointers(weights, torch.bfloat16),
-                   (ctypes.c_int64 * n)(*[m.numel() for m in masters]), _floats(decay),
-                   _floats(step_size), _floats(bc2_sqrt), 1.0 - beta1, beta2, 1.0 - beta2, eps,
-                   grad_divisor)
+        self._step(n=n, grads16=grad_ptrs if low else None, grads32=None if low else grad_ptrs,
+                   masters=_pointers(masters, torch.float32),
+                   exp_avgs=_pointers(exp_avgs, torch.float32),
+                   exp_avg_sqs=_pointers(exp_avg_sqs, torch.float32),
+                   weights=_pointers(weights, torch.bfloat16),
+                   sizes=(ctypes.c_int64 * n)(*[m.numel() for m in masters]),
+                   decay=_floats(decay), step_size=_floats(step_size), bc2_sqrt=_floats(bc2_sqrt),
+                   one_minus_beta1=1.0 - beta1, beta2=beta2, one_minus_beta2=1.0 - beta2, eps=eps,
+                   grad_divisor=grad_divisor)
 
 
 @functools.cache
 def adamw_bf16() -> tuple[AdamWBf16 | None, str]:
     """The kernel, or None and why it is not there."""
-    lib, note = load("adamw_bf16")
-    return (AdamWBf16(lib) if lib is not None else None), note
+    sum_squares, note = load_kernel("adamw_bf16", "cpuft_bf16_sum_squares")
+    step, note = load_kernel("adamw_bf16", "cpuft_adamw_bf16") if sum_squares else (None, note)
+    if sum_squares is None or step is None:
+        return None, note
+    return AdamWBf16(sum_squares, step), note

@@ -18,8 +18,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cpuft.compile_cache import cache_path
-from cpuft.launch.compiler import compile_command, run_compiler
+from cpuft.kernels.signature import Kernel
+from cpuft.launch.proc import run_command
+from cpuft.plan.compile_cache import cache_path
 from cpuft.topology.cpu import parse_cpuinfo
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC")
@@ -64,7 +65,7 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
                 built = Path(tmp) / target.name
-                failed = run_compiler(compile_command(cc, FLAGS, str(source), str(built)))
+                failed = run_command([cc, *FLAGS, str(source), "-o", str(built)])
                 if failed:
                     return None, failed
                 os.replace(built, target)  # atomic: a concurrent rank sees all or nothing
@@ -74,3 +75,17 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
         return ctypes.CDLL(str(target)), f"built with {cc} -march=native ({target})"
     except OSError as err:
         return None, f"cannot load {target}: {err}"
+
+
+def load_kernel(name: str, function: str) -> tuple[Kernel | None, str]:
+    """(the C ``function`` of ``<name>.c``, bound from its prototype, what was done), or
+    (None, why not): also where a cached library lacks the function."""
+    lib, note = load(name)
+    if lib is None:
+        return None, note
+    try:
+        symbol = getattr(lib, function)
+    except AttributeError:
+        return None, f"{function} is missing from the library ({note})"
+    source = Path(__file__).with_name(f"{name}.c").read_text()
+    return Kernel(symbol, source, function), note

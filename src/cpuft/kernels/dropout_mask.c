@@ -4,7 +4,7 @@
  * 16 bits of word j/4 of the SplitMix64 sequence that `seed` starts (word w is the SplitMix64
  * output for seed + (w + 1) * golden gamma), so a mask depends on its seed alone, not on the
  * number of threads. An element is kept when its draw is at least keep_from = round(p * 65536):
- * with probability 1 - p, to 1/65536, as cpuft.train.fast_dropout's numpy path.
+ * with probability 1 - p, to 1/65536, as cpuft.speedups.dropout's numpy path computes it too.
  */
 #include <stdint.h>
 #include <string.h>

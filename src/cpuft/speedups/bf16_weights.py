@@ -2,8 +2,8 @@
 fp32 copies (the way Megatron-LM and DeepSpeed train in bf16).
 
 Autocast alone keeps the weights in fp32 and casts each weight, and each fp32 activation that
-meets a matmul, to bf16 at every use, then casts the weight gradients back: on a MiniLM step
-that was ~430 casts and a tenth of the time. Here each weight is cast once per step (from its
+meets a matmul, to bf16 at every use, then casts the weight gradients back (hundreds of casts
+a step; figures in docs/speedups.md). Here each weight is cast once per step (from its
 master, after the optimizer step), activations stay bf16 between layers, and the gradients
 are cast once into the masters' fp32 gradients, where they accumulate. Autocast stays on
 around the forward, so losses are still computed in fp32.
@@ -12,9 +12,9 @@ Embedding tables stay fp32 (a word embedding's sparse rows take the lazy AdamW i
 outputs are cast to bf16 for the layers that follow. Buffers are left as they are.
 
 With ``fused`` (and a C compiler), ``step`` clips, steps and publishes in one pass of
-cpuft.kernels.adamw_bf16 that reads the bf16 gradients as they are: on bert-base size that
-moves 28 bytes a parameter where casting the gradients, torch's fused AdamW, the norm and the
-cast back moved 48 (clip, step and copy: 49.9 against 92.7 ms here).
+cpuft.kernels.adamw_bf16 that reads the bf16 gradients as they are: 28 bytes moved a
+parameter, where casting the gradients, torch's fused AdamW, the norm and the cast back moved
+48.
 """
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ class Bf16Weights:
             self.masters.append(master)
             self._master_of[id(p)] = master
         # The masters' gradients live in one buffer, allocated once: folding is then one
-        # cast-and-copy call into memory already mapped (4.0 against 1.7 ms a MiniLM step, where
-        # a fresh fp32 tensor per weight was allocated and filled one call at a time).
+        # cast-and-copy call into memory already mapped, not a fresh tensor per weight.
         buffer = torch.empty(sum(m.numel() for m in self.masters), dtype=torch.float32)
         self._grad_slots = [part.view_as(m) for part, m in
                             zip(buffer.split([m.numel() for m in self.masters]), self.masters,

@@ -10,8 +10,8 @@ from torch import nn
 
 from cpuft.data.batching import Collator
 from cpuft.data.prepare import Encoded
-from cpuft.train.loop import autocast_for
-from cpuft.train.scoring import score
+from cpuft.engine.step import autocast_for
+from cpuft.recipes.scoring import score
 
 
 @torch.inference_mode()

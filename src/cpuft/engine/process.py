@@ -1,4 +1,4 @@
-"""Apply a SpeedPlan to this process: threads, core pinning, and a check of the allocator."""
+"""Set this process up as a plan says: threads, core pinning, and a check of the allocator."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from importlib import metadata
 import torch
 
 from cpuft.dist.env import rank_info
-from cpuft.speedups import SpeedPlan
+from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.topology.placement import COMM_CORES_ENV, RANK_CORES_ENV, cores_for_local_rank
 
 
@@ -28,31 +28,34 @@ def loaded_allocator() -> str:
 
 
 def apply_plan(plan: SpeedPlan, pin_cores: bool) -> SpeedPlan:
-    """Set threads and affinity; record the allocator actually loaded.
+    """Set threads and affinity; the plan with the cores taken and the allocator really loaded.
 
     A rank started by ``cpuft launch`` takes its own share of the node's cores from
     ``CPUFT_RANK_CORES`` (by its local rank) instead of the whole machine's, and the cores kept
     for its communication threads from ``CPUFT_COMM_CORES``.
     """
     local_rank = rank_info(os.environ).local_rank
+    cores, threads, comm_cores = plan.cores, plan.threads, plan.comm_cores
     if RANK_CORES_ENV in os.environ:
-        plan.cores = cores_for_local_rank(os.environ[RANK_CORES_ENV], local_rank)
-        plan.threads = len(plan.cores)
-    if pin_cores and plan.cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, plan.cores)
+        cores = cores_for_local_rank(os.environ[RANK_CORES_ENV], local_rank)
+        threads = len(cores)
+    if pin_cores and cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
         if os.environ.get(COMM_CORES_ENV):
-            plan.comm_cores = cores_for_local_rank(os.environ[COMM_CORES_ENV], local_rank,
-                                                   COMM_CORES_ENV)
+            comm_cores = cores_for_local_rank(os.environ[COMM_CORES_ENV], local_rank,
+                                              COMM_CORES_ENV)
     else:
-        plan.cores = []
-    torch.set_num_threads(plan.threads)
+        cores = []
+    torch.set_num_threads(threads)
+    allocator, allocator_reason = plan.allocator, plan.allocator_reason
     actual = loaded_allocator()
-    if actual != plan.allocator:
-        plan.allocator_reason = f"planned {plan.allocator} but {actual} is loaded; " + (
+    if actual != allocator:
+        allocator_reason = f"planned {allocator} but {actual} is loaded; " + (
             "it is preloaded only when cpuft starts the process (LD_PRELOAD)"
         )
-        plan.allocator = actual
-    return plan
+        allocator = actual
+    return plan.but(cores=cores, threads=threads, comm_cores=comm_cores, allocator=allocator,
+                    allocator_reason=allocator_reason)
 
 
 def versions() -> dict[str, str]:

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from cpuft.train.fast_dropout import ATTENTION_NAME, fast_dropout
+from cpuft.plan.choices import MATMUL_ATTENTION
+from cpuft.speedups.dropout import fast_dropout
 
 # Sequence classifiers whose head reads position 0 of the last hidden state and nothing else.
 FIRST_TOKEN_HEADS = frozenset({
@@ -93,7 +94,7 @@ def _first_token_attention(sa: Any, hidden_states: torch.Tensor,
         scores = scores.masked_fill(~row, torch.finfo(scores.dtype).min) \
             if row.dtype == torch.bool else scores + row
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(hidden_states.dtype)
-    if sa.config._attn_implementation == ATTENTION_NAME:
+    if sa.config._attn_implementation == MATMUL_ATTENTION:
         probs = fast_dropout(probs, sa.dropout.p, sa.training)
     else:
         probs = nn.functional.dropout(probs, sa.dropout.p, sa.training)

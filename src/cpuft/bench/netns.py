@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpuft.errors import CpuftError
+from cpuft.launch.proc import run_command
 
 NETNS_ETC = Path("/etc/netns")
 
@@ -32,9 +32,9 @@ def can_make_namespaces() -> bool:
 
 def _run(args: list[str], ns: str | None = None) -> None:
     cmd = ["ip", "netns", "exec", ns, *args] if ns else args
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
-    if proc.returncode != 0:
-        raise CpuftError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
+    failed = run_command(cmd, timeout=30)
+    if failed:
+        raise CpuftError(f"`{' '.join(cmd)}`: {failed}")
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
@@ -96,7 +96,7 @@ def namespace_cluster(n: int, subnet: int = 231, rate: str | None = None) -> Ite
         yield Cluster(hosts=hosts, addrs=addrs, switch=switch)
     finally:
         for ns in reversed(made):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+            run_command(["ip", "netns", "del", ns], timeout=30)
             shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
         with contextlib.suppress(OSError):
             NETNS_ETC.rmdir()  # only when empty: another tool's files stay

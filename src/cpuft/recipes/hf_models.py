@@ -11,9 +11,6 @@ from urllib.parse import urlparse
 
 from cpuft.data.labels import LabelMap
 from cpuft.errors import CpuftError
-from cpuft.speedups import SpeedPlan
-from cpuft.train.fast_dropout import ATTENTION_NAME, register_attention, swap_dropout
-from cpuft.train.first_token import use_first_token_layer
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 
@@ -82,51 +79,6 @@ def load_tokenizer(name: str) -> Any:
         if Path(name).is_dir():
             raise CpuftError(f"--model {name}: no usable tokenizer in the folder ({e})") from None
         raise _offline_error(name, e) from None
-
-
-def apply_model_speedups(model: Any, plan: SpeedPlan) -> None:
-    """Swap in the fast dropout and the chosen attention kernel; record what the model runs."""
-    if plan.fast_dropout:
-        swap_dropout(model)
-    attention = plan.attention
-    if attention == ATTENTION_NAME:
-        register_attention()
-    if attention != "default":
-        try:
-            model.set_attn_implementation(attention)
-        except (ValueError, ImportError, AttributeError) as e:
-            if plan.attention_reason == "requested":
-                raise CpuftError(f"this model cannot use {attention} attention ({e}): "
-                                 "pass --attention auto") from None
-            plan.attention_reason = f"the model has no switchable attention: {attention} not used"
-    plan.attention = str(getattr(model.config, "_attn_implementation", None) or "default")
-    if plan.sparse_embeddings:
-        why_not = make_embeddings_sparse(model)
-        if why_not:
-            plan.sparse_embeddings, plan.sparse_embeddings_reason = False, why_not
-    if plan.first_token_layer:
-        why_not = use_first_token_layer(model)
-        if why_not:
-            plan.first_token_layer, plan.first_token_layer_reason = False, why_not
-
-
-def make_embeddings_sparse(model: Any) -> str:
-    """Have the word embedding give sparse gradients; the reason it cannot, or ''."""
-    from torch import nn
-
-    get_input = getattr(model, "get_input_embeddings", None)
-    embedding = get_input() if get_input else None
-    if not isinstance(embedding, nn.Embedding):
-        return "the model has no nn.Embedding word embedding"
-    get_output = getattr(model, "get_output_embeddings", None)
-    output = get_output() if get_output else None
-    if output is not None and getattr(output, "weight", None) is embedding.weight:
-        # Tied to the output layer, the weight's gradient is dense anyway.
-        return "the word embedding is tied to the output layer"
-    if embedding.max_norm is not None:
-        return "the word embedding renormalises rows (max_norm)"
-    embedding.sparse = True
-    return ""
 
 
 POSITIONS_AFTER_PAD = ("roberta", "xlm-roberta", "camembert", "mpnet", "roberta-prelayernorm",

@@ -1,13 +1,12 @@
-"""Start a Python worker process with its own environment and wait for it."""
+"""A benchmark worker: a Python module run in a fresh process with its own environment."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 
-from cpuft.errors import CpuftError
+from cpuft.launch.proc import run_python
 
 
 def worker_command(module: str, args: Sequence[str], extra_env: dict[str, str],
@@ -24,11 +23,4 @@ def run_worker(module: str, args: Sequence[str], extra_env: dict[str, str],
                unset: Sequence[str] = (), timeout: float | None = None) -> str:
     """Run the worker to completion; its stderr passes through, its stdout is returned."""
     cmd, env = worker_command(module, args, extra_env, unset)
-    try:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        raise CpuftError(f"{module} {' '.join(args)} ran past {timeout:.0f}s") from None
-    if proc.returncode != 0:
-        raise CpuftError(f"{module} {' '.join(args)} failed with exit code {proc.returncode}")
-    return proc.stdout
+    return run_python(cmd, env, f"{module} {' '.join(args)}", timeout)

@@ -1,0 +1,134 @@
+"""Build a TrainConfig: defaults, then a config file (TOML or YAML), then flags.
+
+Keys are the flat setting names (``batch_size`` or ``batch-size``), at the top level, under a
+``[train]`` table, or under their section's table (``[optimization] batch_size = 16``).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import Any
+
+from cpuft.config.fields import Setting, settings
+from cpuft.config.sections import SECTIONS, TrainConfig
+from cpuft.errors import CpuftError
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """The flat settings a TOML or YAML file holds (dashes or underscores in keys)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise CpuftError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        if p.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            raise CpuftError(f"config file {path}: use a .toml, .yaml or .yml file")
+    except (tomllib.TOMLDecodeError, ValueError) as e:
+        raise CpuftError(f"config file {path} does not parse: {e}") from None
+    except Exception as e:  # yaml.YAMLError without importing yaml at module level
+        if type(e).__module__.startswith("yaml"):
+            raise CpuftError(f"config file {path} does not parse: {e}") from None
+        raise
+    if not isinstance(data, dict):
+        raise CpuftError(f"config file {path}: expected a table of settings")
+    data = data.get("train", data)
+    known = settings()
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name in SECTIONS and isinstance(value, dict):
+            for inner, inner_value in value.items():
+                inner_name = str(inner).replace("-", "_")
+                if known.get(inner_name) is None or known[inner_name].section != name:
+                    raise CpuftError(f"config file {path}: unknown setting {name}.{inner}")
+                out[inner_name] = _from_file(known[inner_name], inner_value)
+            continue
+        if name not in known:
+            raise CpuftError(f"config file {path}: unknown setting {key!r}")
+        out[name] = _from_file(known[name], value)
+    return out
+
+
+def _from_file(setting: Setting, value: Any) -> Any:
+    if setting.kind is list and isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+def _checked(setting: Setting, value: Any) -> Any:
+    """``value`` as the setting's type, or one line saying what is wrong."""
+    kind = setting.kind
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    ok = (isinstance(value, list) and all(isinstance(v, str) for v in value) if kind is list
+          else isinstance(value, kind) and (kind is bool) == isinstance(value, bool))
+    if not ok:
+        raise CpuftError(f"setting {setting.name}: expected {kind.__name__}, got {value!r}")
+    if setting.choices and value not in setting.choices:
+        raise CpuftError(f"setting {setting.name}: {value!r} is not one of "
+                         f"{', '.join(setting.choices)}")
+    if kind is float and not math.isfinite(value):
+        raise CpuftError(f"--{setting.name.replace('_', '-')} must be a finite number")
+    return value
+
+
+def config_from(values: dict[str, Any], base: TrainConfig | None = None) -> TrainConfig:
+    """``base`` (default: the defaults) with the flat ``values`` set, each checked."""
+    known = settings()
+    by_section: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        if name not in known:
+            raise CpuftError(f"unknown setting {name!r}")
+        by_section.setdefault(known[name].section, {})[name] = _checked(known[name], value)
+    cfg = base or TrainConfig()
+    return replace(cfg, **{section: replace(getattr(cfg, section), **changed)
+                           for section, changed in by_section.items()})
+
+
+def to_flat(cfg: TrainConfig) -> dict[str, Any]:
+    """Every setting by its flat name, as run folders record them (cpuft_run.json)."""
+    return {name: value for f in fields(cfg)
+            for name, value in asdict(getattr(cfg, f.name)).items()}
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Reject settings that cannot work, before anything is loaded."""
+    d, o, s, dist = cfg.data, cfg.optimization, cfg.speedups, cfg.distributed
+    checks = [
+        (o.batch_size > 0, "--batch-size must be positive"),
+        (o.grad_accum > 0, "--grad-accum must be positive"),
+        (o.eval_batch_size > 0, "--eval-batch-size must be positive"),
+        (d.max_seq_length > 1, "--max-seq-length must be at least 2"),
+        (o.max_steps >= 0, "--max-steps must be 0 or positive"),
+        (o.max_steps > 0 or o.epochs > 0, "--epochs must be positive"),
+        (o.lr > 0, "--lr must be positive"),
+        (0 <= o.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
+        (0 < d.validation_split < 1, "--validation-split must be in (0, 1)"),
+        (cfg.output.save_steps >= 0, "--save-steps must be 0 or positive"),
+        (cfg.output.log_steps > 0, "--log-steps must be positive"),
+        (o.weight_decay >= 0, "--weight-decay must be 0 or positive"),
+        (o.max_grad_norm >= 0, "--max-grad-norm must be 0 (no clipping) or positive"),
+        (s.threads >= 0, "--threads must be 0 (one per physical core) or positive"),
+        (dist.bucket_cap_mb >= 0, "--bucket-cap-mb must be 0 (by gradient type) or positive"),
+        (len(d.text_columns) <= 2, "--text-columns takes one or two columns"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise CpuftError(message)
+
+
+def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> TrainConfig:
+    """Defaults, overridden by the config file, overridden by flags the user gave."""
+    cfg = config_from({**file_values, **flag_values})
+    validate(cfg)
+    return cfg

@@ -1,0 +1,62 @@
+"""Every setting by its flat name (the flag, the config-file key), with its section, type,
+default, choices and help: read off the section dataclasses, so that a setting is declared once.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import typing
+from dataclasses import MISSING, dataclass, fields
+from functools import cache
+from typing import Any
+
+from cpuft.config import sections
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    section: str
+    default: Any
+    kind: type
+    """bool, int, float, str or list (of str)."""
+    choices: tuple[str, ...]
+    """The Literal's values; empty for a free value."""
+    help: str
+
+
+def _docstrings(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string under its annotation), as torchtitan documents its
+    job config."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
+            docs[node.target.id] = " ".join(str(after.value.value).split())
+    return docs
+
+
+def _kind_and_choices(hint: Any) -> tuple[type, tuple[str, ...]]:
+    if typing.get_origin(hint) is typing.Literal:
+        return str, tuple(typing.get_args(hint))
+    if typing.get_origin(hint) is list:
+        return list, ()
+    return hint, ()
+
+
+@cache
+def settings() -> dict[str, Setting]:
+    out: dict[str, Setting] = {}
+    for section, cls in sections.SECTIONS.items():
+        hints = typing.get_type_hints(cls, vars(sections))
+        docs = _docstrings(cls)
+        for f in fields(cls):
+            default = f.default if f.default_factory is MISSING else f.default_factory()
+            kind, choices = _kind_and_choices(hints[f.name])
+            out[f.name] = Setting(name=f.name, section=section, default=default, kind=kind,
+                                  choices=choices, help=docs.get(f.name, ""))
+    return out

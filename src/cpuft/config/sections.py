@@ -1,0 +1,172 @@
+"""The settings of a run, in sections: what to train on, which model, how to optimise, which
+speed-ups, how ranks work together, and where the output goes.
+
+Each field's docstring is its help text (``cpuft train --help`` reads it, see
+``cpuft.config.fields``); each choice is a ``Literal``, checked when the config is built.
+No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Recipe = Literal["classifier"]
+Precision = Literal["auto", "bf16", "fp32"]
+CompileMode = Literal["auto", "on", "off"]
+Attention = Literal["auto", "eager", "sdpa"]
+Allocator = Literal["auto", "tcmalloc", "jemalloc", "system"]
+Backend = Literal["auto", "gloo", "mpi", "ccl"]
+GradCompression = Literal["none", "bf16", "powersgd"]
+LrSchedule = Literal["linear", "constant"]
+
+DEFAULT_TASK = "rotten_tomatoes"
+
+
+@dataclass(kw_only=True, frozen=True)
+class ModelConfig:
+    recipe: Recipe = "classifier"
+    """What to fine-tune the model for: classifier (sequence classification or regression)."""
+    model: str = ""
+    """Local model folder or hub id (default: all-MiniLM-L6-v2 from PyPI)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class DataConfig:
+    task: str = ""
+    """Task name: rotten_tomatoes (built in), or a GLUE task (mrpc, sst2, cola, qnli, qqp, rte,
+    stsb, mnli) read from --data-dir. Default: rotten_tomatoes unless files are given."""
+    data_dir: str = ""
+    """Folder with a GLUE task's train.tsv and dev.tsv."""
+    train_file: str = ""
+    """Training data: CSV, TSV, JSON, JSONL or parquet."""
+    validation_file: str = ""
+    """Validation data, same formats (default: --validation-split)."""
+    test_file: str = ""
+    """Optional labelled test data, evaluated after training."""
+    text_columns: list[str] = field(default_factory=list)
+    """One or two text columns, comma separated (with --train-file)."""
+    label_column: str = "label"
+    """Label column (strings, integers or floats for regression)."""
+    validation_split: float = 0.1
+    """Fraction of the training data held out (seeded) when there is no validation file."""
+    max_seq_length: int = 128
+    """Truncate inputs to this many tokens."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class OptimizationConfig:
+    epochs: float = 1.0
+    """Epochs to train (ignored when --max-steps > 0)."""
+    max_steps: int = 0
+    """Optimizer steps to train; 0 means use --epochs."""
+    batch_size: int = 32
+    """Samples per optimizer step on one process, before accumulation."""
+    grad_accum: int = 1
+    """Micro-batches accumulated into one optimizer step."""
+    eval_batch_size: int = 128
+    """Samples per evaluation batch."""
+    lr: float = 1e-4
+    """Peak learning rate."""
+    warmup_ratio: float = 0.06
+    """Fraction of steps of linear warm-up."""
+    lr_schedule: LrSchedule = "linear"
+    """linear (warm-up, then decay to 0) or constant (after warm-up)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (not applied to biases and norms)."""
+    max_grad_norm: float = 1.0
+    """Clip the gradient norm to this; 0 disables clipping."""
+    seed: int = 42
+    """Seed for initialisation, data order and dropout."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class OutputConfig:
+    output_dir: str = "runs/default"
+    """Where the model, metrics and checkpoints go."""
+    overwrite: bool = False
+    """Replace an output dir that holds another run."""
+    resume: bool = False
+    """Resume from the newest checkpoint in --output-dir."""
+    save_steps: int = 0
+    """Write a checkpoint every N steps (0: only at the end)."""
+    log_steps: int = 10
+    """Log loss and speed every N steps to metrics.jsonl."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class SpeedupConfig:
+    """What the user asks for; ``cpuft.plan`` turns it into the decisions of one run."""
+
+    precision: Precision = "auto"
+    """auto (bf16 where the CPU has native bf16 and its matmuls measure faster), bf16 or fp32."""
+    fused_optimizer: bool = True
+    """Use a fused AdamW kernel: torch's, and with bf16 weights cpuft's one-pass kernel for the
+    fp32 masters (compiled for this CPU with the C compiler on first use)."""
+    dynamic_padding: bool = True
+    """Pad each batch to its longest sequence, not max length."""
+    group_by_length: bool = True
+    """Batch samples of similar length together."""
+    compile: CompileMode = "auto"
+    """torch.compile: auto (only where a measurement shows it pays), on, off."""
+    attention: Attention = "auto"
+    """Attention kernel: auto (matmul attention for short sequences, the model's default for
+    long ones), eager or sdpa."""
+    fast_dropout: bool = True
+    """Draw dropout masks 64 bits at a time, several times cheaper than torch's CPU dropout."""
+    sparse_embeddings: bool = True
+    """Word-embedding gradients as sparse rows, with a lazy AdamW on them: only the rows a batch
+    uses are updated (and, across ranks, sent)."""
+    first_token_layer: bool = True
+    """For classifiers that read only the first token (BERT family), compute the last layer for
+    that token alone; the loss and gradients are unchanged."""
+    bf16_weights: bool = True
+    """With bf16: hold the weights (not the embeddings) in bf16 while training, with fp32
+    masters in the optimizer, instead of fp32 weights cast at every use."""
+    threads: int = 0
+    """Intra-op threads; 0 means one per physical core."""
+    pin_cores: bool = True
+    """Pin the process to one logical CPU per physical core."""
+    allocator: Allocator = "auto"
+    """Preloaded allocator: auto (tcmalloc, else jemalloc), tcmalloc, jemalloc, system."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class DistributedConfig:
+    """Ranks started by ``cpuft launch`` or ``cpuft train --nproc-per-node/--hostfile``."""
+
+    backend: Backend = "auto"
+    """Collective backend: auto (ccl where its binding imports, mpi under mpirun when torch has
+    it, else gloo), gloo, mpi or ccl."""
+    bucket_cap_mb: float = 0.0
+    """DDP gradient bucket size in MB; 0 means 25 for fp32 gradients and 12.5 for bf16 (the same
+    number of gradients per bucket)."""
+    grad_compression: GradCompression = "none"
+    """Gradients sent as they are, as bf16 (half the bytes), or as powersgd: rank-4 PowerSGD
+    with error feedback (far fewer bytes, an approximation; plain all-reduce for the first 10
+    steps)."""
+    grad_sync: bool = True
+    """Reduce gradients across ranks, as data parallelism needs. --no-grad-sync sends none
+    (torch's noop_hook): a benchmark of what communication costs; each rank then trains on its
+    own share and the ranks' models drift apart."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class TrainConfig:
+    """Everything ``cpuft train`` needs; the defaults are the embedded default job."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
+    speedups: SpeedupConfig = field(default_factory=SpeedupConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig, "data": DataConfig, "optimization": OptimizationConfig,
+    "speedups": SpeedupConfig, "distributed": DistributedConfig, "output": OutputConfig,
+}
+"""Section name (a config file's table) to its class, in the order help shows them."""

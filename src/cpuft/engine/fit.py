@@ -1,0 +1,284 @@
+"""``fit``: the training loop for any ``nn.Module``, with checkpoints, exact resume, metrics,
+signals and DDP. It knows nothing of tasks or model libraries: a model either returns an object
+with ``.loss`` (Hugging Face models given ``labels``) or the caller passes
+``loss_fn(model, batch)``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
+
+from cpuft.dist.group import DistContext
+from cpuft.engine.checkpoint import load_checkpoint, save_checkpoint
+from cpuft.engine.signals import Interrupted, stop_flag
+from cpuft.engine.step import Batch, LossFn, StepStats, TrainStep
+from cpuft.errors import CpuftError
+from cpuft.metrics import MetricLogger
+from cpuft.optim import build_optimizer, constant_schedule, linear_schedule
+from cpuft.speedups.bf16_weights import Bf16Weights
+
+
+class BatchSource(Protocol):
+    """Gives each epoch's batches in a fixed order, from any position (for exact resume)."""
+
+    def num_batches(self, epoch: int) -> int: ...
+
+    def iterate(self, epoch: int, start: int = 0) -> Iterator[Batch]: ...
+
+
+@dataclass(kw_only=True, slots=True)
+class FitConfig:
+    """How ``fit`` trains."""
+
+    total_steps: int
+    """Optimizer steps to reach (counting steps done before a resume)."""
+    lr: float = 5e-5
+    warmup_steps: int = 0
+    lr_schedule: str = "linear"
+    """'linear' (warm-up, then linear decay to 0) or 'constant' (after warm-up)."""
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    grad_accum: int = 1
+    precision: str | None = "fp32"
+    """'bf16' (autocast; see bf16_weights) or 'fp32'."""
+    bf16_weights: bool = False
+    """With bf16: the weights (not the embeddings) held in bf16 during training, fp32 masters
+    in the optimizer (cpuft.speedups.bf16_weights); otherwise fp32 weights that autocast casts at
+    each use. Needs a model whose layers take bf16 inputs (transformers models do)."""
+    fused_optimizer: bool = True
+    compile: bool = False
+    output_dir: Path | None = None
+    """Where checkpoints go; None writes none."""
+    save_steps: int = 0
+    """Checkpoint every N steps; the last step is always saved when output_dir is set."""
+    log_steps: int = 10
+    resume_from: Path | None = None
+    bucket_cap_mb: float = 0.0
+    """DDP gradient bucket size in MB (distributed runs); 0 chooses by gradient type
+    (cpuft.dist.group.bucket_cap_for)."""
+    grad_compression: str = "none"
+    """'none', 'bf16' (gradients sent as bf16) or 'powersgd' (distributed runs)."""
+    grad_sync: bool = True
+    """False sends no gradients (a benchmark of what communication costs; ranks drift apart)."""
+
+
+@dataclass(slots=True)
+class FitResult:
+    steps: int
+    samples: int
+    tokens: int
+    train_seconds: float
+    final_loss: float
+    losses: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+    """This process's real (not padding) tokens of each step, over its micro-batches."""
+    comm_wait_seconds: float = 0.0
+    """Time spent after the last gradient was computed, waiting for its reduction."""
+    optimizer_kernel: str = ""
+    """How the bf16 weights' masters were stepped (see Bf16Weights.kernel_note); '' without."""
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.samples / self.train_seconds if self.train_seconds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.train_seconds if self.train_seconds else 0.0
+
+
+def fit(
+    model: nn.Module,
+    source: BatchSource,
+    config: FitConfig,
+    *,
+    loss_fn: LossFn | None = None,
+    logger: MetricLogger | None = None,
+    dist: DistContext | None = None,
+) -> FitResult:
+    """Train ``model`` for ``config.total_steps`` optimizer steps on ``source``'s batches.
+
+    With ``dist`` the model is wrapped in DDP; ``source`` must give each rank its share.
+    Rank 0 alone writes checkpoints; logged loss and speed are reduced over all ranks.
+    """
+    logger = logger or MetricLogger()
+    state = load_checkpoint(config.resume_from) if config.resume_from is not None else None
+    if state is not None:
+        model.load_state_dict(state["model"])  # while fp32, so that masters start exact
+    weights = (Bf16Weights(model, fused=config.fused_optimizer)
+               if config.precision == "bf16" and config.bf16_weights else None)
+    try:
+        return _Loop(model, source, config, loss_fn, logger, dist, weights).run(state)
+    finally:
+        if weights is not None:
+            weights.restore()
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, config: FitConfig) -> LRScheduler:
+    if config.lr_schedule == "linear":
+        return linear_schedule(optimizer, warmup_steps=config.warmup_steps,
+                               total_steps=config.total_steps)
+    if config.lr_schedule == "constant":
+        return constant_schedule(optimizer, warmup_steps=config.warmup_steps)
+    raise CpuftError(f"unknown lr schedule {config.lr_schedule!r}: use linear or constant")
+
+
+class _Loop:
+    """The state of one ``fit``: where it is (step, epoch, position in the epoch) and what it
+    has measured; ``run`` reads top to bottom."""
+
+    def __init__(self, model: nn.Module, source: BatchSource, config: FitConfig,
+                 loss_fn: LossFn | None, logger: MetricLogger, dist: DistContext | None,
+                 weights: Bf16Weights | None) -> None:
+        self.model, self.source, self.config = model, source, config
+        self.logger, self.dist, self.weights = logger, dist, weights
+        self.optimizer = build_optimizer(
+            model, lr=config.lr, weight_decay=config.weight_decay, fused=config.fused_optimizer,
+            stand_in=weights.master if weights is not None else None)
+        self.scheduler = _scheduler(self.optimizer, config)
+        forward_model: nn.Module = model
+        if dist is not None:
+            from cpuft.dist.group import wrap_model
+
+            forward_model = wrap_model(model, dist, bucket_cap_mb=config.bucket_cap_mb,
+                                       grad_compression=config.grad_compression,
+                                       grad_sync=config.grad_sync)
+            if weights is not None:  # DDP gave every rank rank 0's bf16 weights; now the masters
+                dist.broadcast_from_main(weights.masters)
+        if config.compile:
+            forward_model = torch.compile(forward_model)  # type: ignore[assignment]
+        self.train_step = TrainStep(model, self.optimizer, precision=config.precision,
+                                    weights=weights, max_grad_norm=config.max_grad_norm,
+                                    loss_fn=loss_fn, forward_model=forward_model, dist=dist)
+        self.step = self.epoch = self.position = 0
+        self.saved_step = 0
+        self.is_main = dist is None or dist.info.is_main
+        self.result = FitResult(steps=0, samples=0, tokens=0, train_seconds=0.0,
+                                final_loss=math.nan,
+                                optimizer_kernel=weights.kernel_note if weights else "")
+
+    def run(self, state: dict[str, Any] | None) -> FitResult:
+        config, result = self.config, self.result
+        if state is not None:
+            self._restore(state)
+        self.model.train()
+        self.logger.start(config.total_steps, self.step)
+        self.window = {"samples": 0, "tokens": 0, "start": time.perf_counter()}
+        started = time.perf_counter()
+        with stop_flag() as stop:
+            try:
+                while self.step < config.total_steps:
+                    self._epoch(stop)
+            except KeyboardInterrupt:
+                # A second Ctrl-C: the step in flight is incomplete, so nothing is written.
+                self.logger.close()
+                raise Interrupted(f"stopped during step {self.step + 1} without a checkpoint; "
+                                  "the last one written stays: rerun with --resume") from None
+        result.train_seconds = time.perf_counter() - started
+        self._checkpoint()
+        self.logger.close()
+        result.steps = self.step
+        result.final_loss = result.losses[-1] if result.losses else math.nan
+        return result
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
+        self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.saved_step = self.step  # a resumed run's own checkpoint is already on disk
+        self.result.steps = self.step
+        if self.step >= self.config.total_steps:
+            raise CpuftError(f"the checkpoint is at step {self.step}, already at --max-steps "
+                             f"{self.config.total_steps}")
+
+    def _epoch(self, stop: dict[str, int]) -> None:
+        """The steps of one epoch, from the current position; returns at its end, or at the last
+        step."""
+        config = self.config
+        n_batches = self.source.num_batches(self.epoch)
+        if n_batches == 0:
+            raise CpuftError("the training data gives no batches")
+        batches = self.source.iterate(self.epoch, self.position)
+        while self.position < n_batches and self.step < config.total_steps:
+            step_started = time.perf_counter()
+            group = min(config.grad_accum, n_batches - self.position)
+            stats = self.train_step(*[next(batches) for _ in range(group)])
+            self.scheduler.step()
+            self.position += group
+            self.step += 1
+            self._record(stats, step_started)
+            at_end = self.position >= n_batches
+            if at_end:
+                self.epoch, self.position = self.epoch + 1, 0
+            if config.save_steps and self.step % config.save_steps == 0:
+                self._checkpoint()
+            if stop:
+                self._checkpoint()
+                self.logger.close()
+                where = (f"; checkpoint at step {self.step} in {config.output_dir}"
+                         if config.output_dir and self.is_main else "")
+                raise Interrupted(f"stopped at step {self.step}{where}: rerun with --resume",
+                                  stop["signal"])
+            if at_end:
+                return
+
+    def _record(self, stats: StepStats, step_started: float) -> None:
+        """Count the step, log it, and every ``log_steps`` write it reduced over the ranks."""
+        result, window, dist = self.result, self.window, self.dist
+        if not math.isfinite(stats.loss):
+            raise CpuftError(f"loss became {stats.loss} at step {self.step}: lower --lr")
+        result.samples += stats.samples
+        result.tokens += stats.tokens
+        result.comm_wait_seconds += stats.comm_wait
+        window["samples"] += stats.samples
+        window["tokens"] += stats.tokens
+        result.losses.append(stats.loss)
+        now = time.perf_counter()
+        result.step_seconds.append(now - step_started)
+        result.step_tokens.append(stats.tokens)
+        elapsed = max(now - window["start"], 1e-9)
+        record = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "loss": stats.loss,
+            "lr": self.scheduler.get_last_lr()[0],
+            "samples_per_second": window["samples"] / elapsed,
+            "tokens_per_second": window["tokens"] / elapsed,
+        }
+        self.logger.step(record)
+        if self.step % self.config.log_steps == 0 or self.step == self.config.total_steps:
+            if dist is not None:
+                samples_sum, tokens_sum, loss_sum = dist.all_reduce_sum(
+                    [window["samples"], window["tokens"], stats.loss])
+                record |= {"loss": loss_sum / dist.info.world_size,
+                           "samples_per_second": samples_sum / elapsed,
+                           "tokens_per_second": tokens_sum / elapsed}
+            self.logger.log(record)
+            self.window = {"samples": 0, "tokens": 0, "start": now}
+
+    def _checkpoint(self) -> None:
+        """Write the state after this step once, however many reasons there are to save it."""
+        config = self.config
+        if config.output_dir is None or not self.is_main or self.step == self.saved_step:
+            return
+        self.saved_step = self.step
+        weights = self.weights
+        save_checkpoint(config.output_dir, self.step, {
+            "model": weights.state_dict() if weights is not None else self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "position": self.position,
+        })

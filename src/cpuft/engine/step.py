@@ -1,0 +1,124 @@
+"""One optimizer step: forward, backward, gradient reduction across ranks, clipped AdamW.
+
+``fit`` takes every step through ``TrainStep``, and so do the benchmarks that time steps one by
+one, so what they measure is what training runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from cpuft.dist.group import DistContext
+from cpuft.errors import CpuftError
+from cpuft.optim import AdamW, build_optimizer, clip_step
+from cpuft.speedups.bf16_weights import Bf16Weights
+
+Batch = dict[str, torch.Tensor]
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+
+
+def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    out = model(**batch)
+    loss = getattr(out, "loss", None)
+    if loss is None:
+        raise CpuftError("the model returned no .loss: pass loss_fn=(model, batch) -> loss to fit")
+    return loss
+
+
+def batch_counts(batch: Batch) -> tuple[int, int]:
+    """(samples, real tokens) in a batch."""
+    first = next(iter(batch.values()))
+    samples = int(first.shape[0])
+    mask = batch.get("attention_mask")
+    tokens = int(mask.sum()) if mask is not None else int(batch.get("input_ids", first).numel())
+    return samples, tokens
+
+
+def autocast_for(precision: str | None) -> contextlib.AbstractContextManager[Any]:
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@dataclass(slots=True)
+class StepStats:
+    loss: float
+    """The mean loss over the step's micro-batches."""
+    samples: int
+    tokens: int
+    """Real (not padding) tokens, over the micro-batches."""
+    comm_wait: float
+    """Seconds after the last gradient was computed, waiting for its reduction."""
+
+
+class TrainStep:
+    """One step of ``model`` with ``optimizer``: bf16 weights (``weights``) where the run holds
+    them, DDP's gradient reduction where ``dist`` is set (``forward_model`` is then the DDP
+    wrapper), gradients clipped to ``max_grad_norm``."""
+
+    def __init__(self, model: nn.Module, optimizer: AdamW, *, precision: str | None,
+                 weights: Bf16Weights | None = None, max_grad_norm: float = 1.0,
+                 loss_fn: LossFn | None = None, forward_model: nn.Module | None = None,
+                 dist: DistContext | None = None) -> None:
+        self.model, self.optimizer, self.precision = model, optimizer, precision
+        self.weights, self.max_grad_norm, self.dist = weights, max_grad_norm, dist
+        self.loss_fn = loss_fn or default_loss
+        self.forward_model = forward_model if forward_model is not None else model
+        self.trained = [p for group in optimizer.param_groups for p in group["params"]]
+
+    @classmethod
+    def standalone(cls, model: nn.Module, *, precision: str | None, bf16_weights: bool,
+                   lr: float = 1e-4, weight_decay: float = 0.01) -> TrainStep:
+        """``fit``'s step on one process with a fused AdamW of its own: for benchmarks."""
+        weights = Bf16Weights(model, fused=True) if precision == "bf16" and bf16_weights else None
+        optimizer = build_optimizer(model, lr=lr, weight_decay=weight_decay, fused=True,
+                                    stand_in=weights.master if weights is not None else None)
+        return cls(model, optimizer, precision=precision, weights=weights)
+
+    def __call__(self, *micro: Batch) -> StepStats:
+        """One optimizer step on the micro-batches ``micro``; their gradients are summed as
+        one batch's would be, and reduced across ranks on the last one alone."""
+        stats = StepStats(loss=0.0, samples=0, tokens=0, comm_wait=0.0)
+        for i, batch in enumerate(micro):
+            last = i == len(micro) - 1
+            sync = self.dist is None or last
+            no_sync = (contextlib.nullcontext() if sync
+                       else self.forward_model.no_sync())  # type: ignore[operator]
+            with no_sync:
+                with autocast_for(self.precision):
+                    loss = self.loss_fn(self.forward_model, batch)
+                (loss / len(micro)).backward()
+            if self.dist is not None and sync:
+                stats.comm_wait += self._reduce_wait()
+            if self.weights is not None and sync:
+                self.weights.fold_grads(last=last)
+            stats.loss += float(loss.detach()) / len(micro)
+            samples, tokens = batch_counts(batch)
+            stats.samples += samples
+            stats.tokens += tokens
+        if self.weights is not None:
+            self.weights.step(self.optimizer, self.trained, self.max_grad_norm)
+        else:
+            clip_step(self.optimizer, self.trained, self.max_grad_norm)
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats
+
+    def _reduce_wait(self) -> float:
+        """Time spent waiting for DDP's reduction, and reducing the sparse gradients."""
+        dist, waited = self.dist, 0.0
+        assert dist is not None
+        if dist.timer.last_hook:
+            waited += time.perf_counter() - dist.timer.last_hook
+            dist.timer.last_hook = 0.0
+        waited += dist.take_hook_seconds()
+        if dist.sparse_params:
+            waited += dist.reduce_sparse_grads()
+        return waited
+

@@ -1,0 +1,90 @@
+"""Where a run is put together, for ``cpuft train`` and every benchmark alike: the recipe loads
+the task, the plan's patches go on the model, the batches are cut for this rank, and what the
+plan left open (precision, compile) is settled."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from cpuft.config import TrainConfig
+from cpuft.dist.group import DistContext
+from cpuft.engine.fit import BatchSource, FitConfig
+from cpuft.engine.step import TrainStep
+from cpuft.errors import CpuftError
+from cpuft.plan.resolve import settle_compile, settle_precision
+from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.recipes import get_recipe
+from cpuft.recipes.base import Recipe, Say, Task
+from cpuft.speedups.apply import apply_speedups
+
+
+@dataclass(frozen=True)
+class Run:
+    """A task with its settled plan: everything ``fit`` needs but where to write."""
+
+    cfg: TrainConfig
+    plan: SpeedPlan
+    task: Task
+    source: BatchSource
+    world_size: int
+    steps_per_epoch: int
+    total_steps: int
+
+    def fit_config(self, output_dir: Path | None = None,
+                   resume_from: Path | None = None) -> FitConfig:
+        o, d = self.cfg.optimization, self.cfg.distributed
+        return FitConfig(
+            total_steps=self.total_steps,
+            lr=o.lr,
+            warmup_steps=math.ceil(o.warmup_ratio * self.total_steps),
+            lr_schedule=o.lr_schedule,
+            weight_decay=o.weight_decay,
+            max_grad_norm=o.max_grad_norm,
+            grad_accum=o.grad_accum,
+            precision=self.plan.precision,
+            bf16_weights=self.plan.bf16_weights,
+            fused_optimizer=self.plan.fused_optimizer,
+            compile=self.plan.compile == "on",
+            output_dir=output_dir,
+            save_steps=self.cfg.output.save_steps,
+            log_steps=self.cfg.output.log_steps,
+            resume_from=resume_from,
+            bucket_cap_mb=d.bucket_cap_mb,
+            grad_compression=d.grad_compression,
+            grad_sync=d.grad_sync,
+        )
+
+    def train_step(self) -> TrainStep:
+        """``fit``'s step on one process, for benchmarks that time steps one by one."""
+        return TrainStep.standalone(self.task.model, precision=self.plan.precision,
+                                    bf16_weights=self.plan.bf16_weights,
+                                    lr=self.cfg.optimization.lr,
+                                    weight_decay=self.cfg.optimization.weight_decay)
+
+
+def build_run(cfg: TrainConfig, plan: SpeedPlan, *, recipe: Recipe | None = None,
+              dist: DistContext | None = None, say: Say = print) -> Run:
+    """Load the task of ``cfg`` and make it ready to train as ``plan`` says (``plan`` as
+    ``cpuft.engine.process.apply_plan`` returned it for this process).
+
+    In a job of many ranks every rank calls this: settling the precision is a collective.
+    """
+    recipe = recipe or get_recipe(cfg.model.recipe)
+    is_main = dist is None or dist.info.is_main
+    task = recipe.load(cfg, say, is_main=is_main)
+    cfg = task.cfg
+    plan = apply_speedups(task.model, plan)
+    rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
+    source = task.batches(plan, rank, world)
+    o = cfg.optimization
+    steps_per_epoch = math.ceil(source.num_batches(0) / o.grad_accum)
+    if o.max_steps == 0 and not math.isfinite(o.epochs):
+        raise CpuftError("--epochs must be a finite number")
+    total_steps = o.max_steps or max(1, math.ceil(o.epochs * steps_per_epoch))
+    plan = settle_precision(plan, cfg.speedups.precision, dist.on_every_rank if dist else None)
+    plan = settle_compile(plan, model=cfg.model.model, max_seq_length=cfg.data.max_seq_length,
+                          samples=total_steps * o.batch_size * o.grad_accum)
+    return Run(cfg=cfg, plan=plan, task=task, source=source, world_size=world,
+               steps_per_epoch=steps_per_epoch, total_steps=total_steps)

@@ -1,0 +1,143 @@
+"""The ``cpuft train`` job: check the run folder, build the run, fine-tune, evaluate, save and
+write summary.json."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cpuft.config import TrainConfig, to_flat
+from cpuft.dist.group import DistContext
+from cpuft.engine.checkpoint import latest_checkpoint
+from cpuft.engine.fit import FitResult, fit
+from cpuft.engine.process import versions
+from cpuft.job.build import Run, build_run
+from cpuft.job.outdir import (
+    RUN_MARKER,
+    check_output_dir,
+    check_resume_settings,
+    clear_output_dir,
+    trim_metrics,
+)
+from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
+from cpuft.metrics.pace import steady_rate, steady_seconds
+from cpuft.plan.speed_plan import SpeedPlan
+
+
+def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = print,
+              dist: DistContext | None = None) -> dict[str, Any]:
+    """Run the whole job and return the summary (also written to summary.json by rank 0)."""
+    main = dist is None or dist.info.is_main
+    out, resume_from = Path(cfg.output.output_dir), None
+    if main:
+        out, resume_from = check_output_dir(cfg)
+    run = build_run(cfg, plan, dist=dist, say=say)
+    cfg = run.cfg
+    if main:
+        if resume_from is not None:
+            check_resume_settings(out, cfg)
+        clear_output_dir(out, resume_from)
+    if dist is not None:
+        dist.barrier()  # rank 0 has checked, cleared or found the output dir
+        if not main:
+            resume_from = latest_checkpoint(out) if cfg.output.resume else None
+    logger = MetricLogger(_start_run_folder(run, out, resume_from, say) if main else [])
+    if main:
+        say(_describe(run))
+        if dist is not None and not cfg.distributed.grad_sync:
+            say("--no-grad-sync: the ranks send no gradients, so each trains apart on its own "
+                "share; this run measures speed, its model is rank 0's alone")
+    result = fit(run.task.model, run.source, run.fit_config(out, resume_from),
+                 loss_fn=run.task.loss_fn, logger=logger, dist=dist)
+    speeds = _speeds(run, result, dist)
+    if not main:
+        return {}
+    evals = run.task.evaluate(run.task.model, run.plan)
+    run.task.save(run.task.model, out)
+    summary = _summary(run, result, speeds, evals, dist, resume_from)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _start_run_folder(run: Run, out: Path, resume_from: Path | None,
+                      say: Callable[[str], None]) -> list[MetricSink]:
+    """Mark the folder as this run's, and the sinks its metrics go to."""
+    (out / RUN_MARKER).write_text(json.dumps({"config": to_flat(run.cfg)}, indent=2) + "\n")
+    run.task.write_metadata(out)
+    if resume_from is not None:
+        say(f"resuming from {resume_from}")
+        trim_metrics(out / "metrics.jsonl", int(resume_from.name.split("-")[-1]))
+    sinks: list[MetricSink] = [JsonlSink(out / "metrics.jsonl", append=resume_from is not None)]
+    if run.cfg.output.progress:
+        sinks.append(ProgressSink(run.task.name))
+    return sinks
+
+
+def _describe(run: Run) -> str:
+    o, plan = run.cfg.optimization, run.plan
+    model = run.task.describe().get("model", run.cfg.model.model)
+    return (f"fine-tuning {model} on {run.task.name}: {run.task.train_samples} samples, "
+            f"{run.total_steps} steps of {o.batch_size * run.world_size * o.grad_accum} samples "
+            f"on {run.world_size} rank(s), precision {plan.precision}, {plan.threads} threads, "
+            f"allocator {plan.allocator}, compile {plan.compile}")
+
+
+def _speeds(run: Run, result: FitResult, dist: DistContext | None) -> dict[str, float]:
+    """The job's totals over its ranks, at its slowest rank's pace (ranks that do not sync can
+    differ)."""
+    samples, tokens, comm_wait = float(result.samples), float(result.tokens), \
+        result.comm_wait_seconds
+    train_seconds, pace_seconds = result.train_seconds, steady_seconds(result.step_seconds)
+    if dist is not None:
+        samples, tokens, comm_wait = dist.all_reduce_sum([samples, tokens, comm_wait])
+        comm_wait /= run.world_size
+        train_seconds, pace_seconds = dist.all_reduce_max([train_seconds, pace_seconds])
+    return {"samples": samples, "tokens": tokens, "comm_wait": comm_wait,
+            "train_seconds": train_seconds, "pace_seconds": pace_seconds}
+
+
+def _summary(run: Run, result: FitResult, speeds: dict[str, float], evals: dict[str, Any],
+             dist: DistContext | None, resume_from: Path | None) -> dict[str, Any]:
+    cfg, plan = run.cfg, run.plan
+    train_seconds, steps = speeds["train_seconds"], max(1, len(result.step_seconds))
+    per_step = {"samples": speeds["samples"] / steps, "tokens": speeds["tokens"] / steps}
+    described = run.task.describe()
+    return {
+        "model": described.get("model"),
+        "task": described.get("task", run.task.name),
+        "precision": plan.precision,
+        "compile": plan.compile,
+        "world_size": run.world_size,
+        "nodes": dist.nodes if dist else 1,
+        "backend": dist.backend if dist else None,
+        "bucket_cap_mb": round(dist.bucket_cap_mb, 2) if dist else None,
+        "grad_compression": cfg.distributed.grad_compression if dist else None,
+        "grad_sync": cfg.distributed.grad_sync if dist else None,
+        "train_samples": run.task.train_samples,
+        "steps": result.steps,
+        "epochs": round(result.steps / run.steps_per_epoch, 4),
+        "batch_size": cfg.optimization.batch_size,
+        "grad_accum": cfg.optimization.grad_accum,
+        "train_seconds": round(train_seconds, 3),
+        "train_samples_per_second": round(speeds["samples"] / train_seconds, 3),
+        "train_tokens_per_second": round(speeds["tokens"] / train_seconds, 1),
+        # after the first tenth of the steps, as `cpuft bench` measures
+        "steady_samples_per_second": round(steady_rate(
+            result.step_seconds, per_step["samples"], speeds["pace_seconds"]), 3),
+        "steady_tokens_per_second": round(steady_rate(
+            result.step_seconds, per_step["tokens"], speeds["pace_seconds"]), 3),
+        "step_time_split": {
+            "seconds_per_step": round(train_seconds / steps, 5),
+            "comm_wait_fraction": round(speeds["comm_wait"] / train_seconds, 4),
+            "compute_fraction": round(1 - speeds["comm_wait"] / train_seconds, 4),
+        },
+        "final_loss": result.final_loss,
+        **evals,
+        **{k: v for k, v in described.items() if k not in ("model", "task")},
+        "speedups": plan.to_dict(),
+        "optimizer_kernel": result.optimizer_kernel,
+        "versions": versions(),
+        "resumed_from": str(resume_from) if resume_from else None,
+    }

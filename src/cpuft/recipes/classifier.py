@@ -1,0 +1,102 @@
+"""Sequence classification (or regression) of one or two texts, with a Hugging Face model."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from cpuft.config import TrainConfig
+from cpuft.data.batching import Collator, TokenBatches
+from cpuft.data.labels import LabelMap
+from cpuft.data.prepare import Encoded, LabelledSplits, encode, load_labelled
+from cpuft.errors import CpuftError
+from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.recipes.base import Say, Task
+from cpuft.recipes.classifier_eval import evaluate
+from cpuft.recipes.hf_models import (
+    load_classifier,
+    load_tokenizer,
+    resolve_model,
+    sequence_length_limit,
+)
+
+ModelBuilder = Callable[[LabelMap], tuple[nn.Module, Any]]
+"""label map -> (model, tokenizer): a model not loaded from --model (the bench's bert-base)."""
+
+
+@dataclass(kw_only=True)
+class ClassifierTask(Task):
+    """A classifier's task, with what the benchmarks read besides the engine's inputs."""
+
+    tokenizer: Any
+    data: LabelledSplits
+    encoded: dict[str, Encoded]
+
+
+@dataclass
+class ClassifierRecipe:
+    name: str = "classifier"
+    build_model: ModelBuilder | None = None
+
+    def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> ClassifierTask:
+        data = load_labelled(cfg.data)
+        if self.build_model is not None:
+            torch.manual_seed(cfg.optimization.seed)
+            model_name = cfg.model.model or "built"
+            model, tokenizer = self.build_model(data.label_map)
+        else:
+            model_name = resolve_model(cfg.model.model)
+            tokenizer = load_tokenizer(model_name)
+            torch.manual_seed(cfg.optimization.seed)
+            model = load_classifier(model_name, data.label_map)
+        if tokenizer.pad_token_id is None:
+            raise CpuftError(f"--model {cfg.model.model}: the tokenizer has no padding token")
+        limit = sequence_length_limit(model.config, tokenizer)
+        if limit is not None and cfg.data.max_seq_length > limit:
+            if is_main:
+                say(f"--max-seq-length {cfg.data.max_seq_length} is longer than this model "
+                    f"takes: using {limit}")
+            cfg = replace(cfg, data=replace(cfg.data, max_seq_length=limit))
+        encoded = {split: encode(data.texts[split], data.labels[split], tokenizer,
+                                 cfg.data.max_seq_length)
+                   for split in data.texts}
+        if "token_type_ids" not in inspect.signature(model.forward).parameters:
+            for e in encoded.values():
+                e.token_type_ids = None
+        pad_id = tokenizer.pad_token_id
+
+        def collator(plan: SpeedPlan | None) -> Collator:
+            dynamic = plan is None or plan.dynamic_padding
+            return Collator(pad_id=pad_id, fixed_length=0 if dynamic else cfg.data.max_seq_length)
+
+        def batches(plan: SpeedPlan, rank: int, world: int) -> TokenBatches:
+            return TokenBatches(encoded["train"], collator(plan), cfg.optimization.batch_size,
+                                cfg.optimization.seed, group_by_length=plan.group_by_length,
+                                rank=rank, world_size=world)
+
+        def evaluate_splits(trained: nn.Module, plan: SpeedPlan) -> dict[str, Any]:
+            scores = {split: evaluate(trained, encoded[split], collator(plan),
+                                      batch_size=cfg.optimization.eval_batch_size,
+                                      precision=str(plan.precision), metrics=data.metrics,
+                                      regression=data.label_map.regression)
+                      for split in ("validation", "test") if split in encoded}
+            return {"eval": scores["validation"], "test": scores.get("test")}
+
+        def save(trained: nn.Module, out: Path) -> None:
+            trained.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]
+            tokenizer.save_pretrained(out)
+
+        return ClassifierTask(
+            name=data.task, cfg=cfg, model=model, train_samples=len(encoded["train"]),
+            batches=batches, evaluate=evaluate_splits, save=save,
+            describe=lambda: {"model": model_name, "task": data.task,
+                              "labels": data.label_map.to_json()},
+            write_metadata=lambda out: data.label_map.save(out / "label_map.json"),
+            tokenizer=tokenizer, data=data, encoded=encoded,
+        )

@@ -1,0 +1,23 @@
+"""Word-embedding gradients as sparse rows: only the rows a batch uses are updated (by the lazy
+AdamW of cpuft.optim) and, across ranks, sent."""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+def make_embeddings_sparse(model: nn.Module) -> str:
+    """Have the word embedding give sparse gradients; the reason it cannot, or ''."""
+    get_input = getattr(model, "get_input_embeddings", None)
+    embedding = get_input() if get_input else None
+    if not isinstance(embedding, nn.Embedding):
+        return "the model has no nn.Embedding word embedding"
+    get_output = getattr(model, "get_output_embeddings", None)
+    output = get_output() if get_output else None
+    if output is not None and getattr(output, "weight", None) is embedding.weight:
+        # Tied to the output layer, the weight's gradient is dense anyway.
+        return "the word embedding is tied to the output layer"
+    if embedding.max_norm is not None:
+        return "the word embedding renormalises rows (max_norm)"
+    embedding.sparse = True
+    return ""

@@ -1,0 +1,87 @@
+"""The package layers hold: each package imports only its own layer and the layers below, the
+lowest layer loads no torch, and only cpuft.launch starts processes."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import cpuft
+
+ROOT = Path(cpuft.__file__).parent
+LAYERS = [
+    {"errors", "topology", "config", "plan", "launch"},  # torch-free
+    {"kernels", "data", "metrics", "dist", "optim", "envlock"},
+    {"speedups"},
+    {"engine"},
+    {"recipes"},
+    {"job", "doctor"},
+    {"bench"},
+    {"cli", "__main__", "__init__"},
+]
+LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def package_of(path: Path) -> str:
+    return path.relative_to(ROOT).parts[0].removesuffix(".py")
+
+
+def cpuft_imports(path: Path) -> set[str]:
+    """The cpuft packages a module imports anywhere in it, lazily inside functions too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "cpuft" and len(parts) > 1:
+                found.add(parts[1])
+            elif parts[0] == "cpuft" and isinstance(node, ast.ImportFrom):
+                found.update(a.name for a in node.names)
+    return found
+
+
+def test_every_package_has_a_layer():
+    packages = {package_of(p) for p in ROOT.rglob("*.py")}
+    assert packages <= set(LAYER_OF), packages - set(LAYER_OF)
+
+
+def test_no_package_imports_a_higher_layer():
+    wrong = []
+    for path in ROOT.rglob("*.py"):
+        own = LAYER_OF[package_of(path)]
+        for imported in cpuft_imports(path):
+            if imported in LAYER_OF and LAYER_OF[imported] > own:
+                wrong.append(f"{path.relative_to(ROOT)} imports cpuft.{imported}")
+    assert not wrong, wrong
+
+
+def test_the_lowest_layer_loads_no_torch():
+    modules = [".".join(("cpuft", *p.relative_to(ROOT).with_suffix("").parts)).removesuffix(
+        ".__init__") for name in LAYERS[0] for p in
+        ([ROOT / f"{name}.py"] if (ROOT / f"{name}.py").exists() else (ROOT / name).rglob("*.py"))]
+    script = ("import importlib, sys\n"
+              f"for m in {modules!r}: importlib.import_module(m)\n"
+              "print(sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout
+    assert len(modules) > 20 and out.strip() == "[]", out
+
+
+def starts_processes(path: Path) -> bool:
+    """Imports subprocess, or calls os.exec*, os.spawn* or os.fork."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name == "subprocess" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "subprocess":
+            return True
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id == "os" and node.attr.startswith(("exec", "spawn", "fork"))):
+            return True
+    return False
+
+
+def test_only_launch_starts_processes():
+    starters = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if starts_processes(p))
+    assert "launch/proc.py" in starters and all(s.startswith("launch/") for s in starters), \
+        starters
