@@ -62,7 +62,7 @@ def test_section_tables_in_a_config_file(tmp_path):
     cfg = parse("--config", str(f))
     assert (cfg.optimization.lr, cfg.data.max_seq_length) == (3e-5, 64)
     f.write_text('[data]\nlr = 3e-5\n')
-    with pytest.raises(CpuftError, match="unknown setting data.lr"):
+    with pytest.raises(CpuftError, match=r"unknown setting data\.lr"):
         parse("--config", str(f))
 
 
