@@ -125,3 +125,28 @@ def test_two_ranks_in_bf16_weights_train_what_one_process_trains(tmp_path):
     assert "--no-grad-sync: the ranks send no gradients" in proc.stdout
     assert mean_gap(one, load_file(tmp_path / "apart" / "model.safetensors")) > 0.3 * moved
     assert json.loads((tmp_path / "apart" / "summary.json").read_text())["grad_sync"] is False
+
+
+@pytest.mark.multiprocess
+def test_a_run_resumed_on_fewer_ranks_continues_the_same_run(tmp_path):
+    """2 ranks to step 3, then 1 rank to step 6 (a host lost for good): the same parameters as
+    one process that trained all 6 steps on the same global batches."""
+    model = make_tiny_model(tmp_path / "model", dropout=0.0, init_range=0.5)
+    data = write_csv(tmp_path / "d.csv", sentiment_rows(80, seed=3))
+    common = ["--model", str(model), "--train-file", str(data), "--text-columns", "text",
+              "--lr", "1e-4", "--precision", "fp32", "--no-progress", "--log-steps", "1",
+              "--lr-schedule", "constant", "--warmup-ratio", "0"]
+    train([*common, "--batch-size", "8", "--max-steps", "6",
+           "--output-dir", str(tmp_path / "one")])
+    resumed = tmp_path / "resumed"
+    train([*common, "--batch-size", "4", "--max-steps", "3", "--nproc-per-node", "2",
+           "--master-port", str(free_port()), "--output-dir", str(resumed)])
+    proc = train([*common, "--batch-size", "4", "--max-steps", "6", "--resume",
+                  "--output-dir", str(resumed)])
+    assert "resuming a run of 2 rank(s) on 1: 8 samples a rank" in proc.stdout
+    one = load_file(tmp_path / "one" / "model.safetensors")
+    two = load_file(resumed / "model.safetensors")
+    worst = max(float((one[k] - two[k]).abs().max()) for k in one if ZERO_GRADIENT not in k)
+    assert worst <= TOLERANCE, f"parameters differ by {worst}"
+    summary = json.loads((resumed / "summary.json").read_text())
+    assert (summary["steps"], summary["batch_size"], summary["world_size"]) == (6, 8, 1)

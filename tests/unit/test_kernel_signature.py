@@ -68,3 +68,35 @@ def test_a_library_without_the_function_falls_back_and_says_why(monkeypatch, tmp
         assert kernel is not None, note
     finally:
         build.load.cache_clear()
+
+
+def test_a_library_planted_in_a_shared_cache_is_never_loaded(monkeypatch, tmp_path):
+    """Another user's .so where cpuft would look for its own: its constructor must not run."""
+    import os
+    import subprocess
+
+    shared = tmp_path / "shared"
+    (shared / "kernels").mkdir(parents=True)
+    for folder in (shared, shared / "kernels"):
+        folder.chmod(0o777)
+    monkeypatch.setenv("CPUFT_CACHE", str(shared))
+    source = (SOURCES / "dropout_mask.c").read_bytes()
+    cc = build.find_compiler()
+    planted = shared / "kernels" / build.library_name("dropout_mask", source, cc,
+                                                       build._this_cpu())
+    marker = tmp_path / "constructor-ran"
+    evil = tmp_path / "evil.c"
+    evil.write_text('#include <stdio.h>\n__attribute__((constructor)) static void run(void) '
+                    f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n'
+                    "void cpuft_dropout_mask(void) {}\n")
+    subprocess.run([cc, "-shared", "-fPIC", str(evil), "-o", str(planted)], check=True)
+    if os.getuid() == 0:
+        os.chown(planted, 65534, 65534)  # nobody's
+    build.load.cache_clear()
+    try:
+        kernel, note = build.load_kernel("dropout_mask", "cpuft_dropout_mask")
+        assert not marker.exists()
+        assert kernel is not None and "not the cache, since" in note, note
+        assert "writable by others" in note or "another user" in note
+    finally:
+        build.load.cache_clear()

@@ -38,3 +38,20 @@ def test_round_trip(tmp_path):
     m = LabelMap.infer(["x", "y", "z"])
     m.save(tmp_path / "label_map.json")
     assert LabelMap.load(tmp_path / "label_map.json") == m
+
+
+@pytest.mark.parametrize("values", [[0, 1, "pos"], ["0", "1", "neg", "pos"], [1, "x"]])
+def test_labels_that_mix_numbers_and_words_are_refused(values):
+    with pytest.raises(CpuftError, match=r"the labels mix numbers \(.*\) and words \(.*\)"):
+        LabelMap.infer(values)
+
+
+def test_ids_given_as_numbers_and_as_text_are_the_same_ids():
+    m = LabelMap.infer([1, "2", 2])
+    assert m.labels == ("1", "2") and m.encode([2, "1"], "x") == [1, 0]
+
+
+def test_one_class_names_where():
+    with pytest.raises(CpuftError, match=r"the training split .* has one class"):
+        LabelMap.infer(["pos"], where="the training split (after holding out the validation "
+                                          "rows)")

@@ -27,7 +27,7 @@ def config(**kw):
 def test_torchrun_for_first_and_second_node():
     cfg = config(host_addr={"n1": "10.0.0.1", "n2": "10.0.0.2"}, max_restarts=2)
     assert torchrun_args(cfg, 1) == [
-        PY, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+        PY, "-m", "cpuft.dist.agent", "--nnodes=2", "--nproc-per-node=2",
         "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400", "--rdzv-id=cpuft",
         "--rdzv-conf=is_host=false", "--max-restarts=2", "--monitor-interval=1",
         "--local-addr=10.0.0.2", "-m", "cpuft", "train", "--max-steps", "5",
@@ -37,7 +37,7 @@ def test_torchrun_for_first_and_second_node():
 
 def test_local_command():
     argv, env = local_command(config(hosts=[Host("localhost")], master_addr="127.0.0.1"))
-    assert argv[:3] == [PY, "-m", "torch.distributed.run"] and "--nnodes=1" in argv
+    assert argv[:3] == [PY, "-m", "cpuft.dist.agent"] and "--nnodes=1" in argv
     assert env == {"OMP_NUM_THREADS": "16", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
     with pytest.raises(CpuftError, match="one host"):
         local_command(config())
@@ -45,16 +45,20 @@ def test_local_command():
 
 def test_ssh_commands_default_and_netns_shells():
     cfg = config(host_env={"n2": {"GLOO_SOCKET_IFNAME": "eth1"}})
-    [(h1, ssh1), (h2, ssh2)] = ssh_commands(cfg)
-    assert (h1, h2) == ("n1", "n2")
-    assert ssh2[:4] == ["ssh", "-o", "BatchMode=yes", "n2"] and len(ssh2) == 5
-    assert ssh2[4].startswith(
-        "cd /work/job && exec env GLOO_SOCKET_IFNAME=eth1 MASTER_ADDR=10.0.0.1 MASTER_PORT=29400 "
-        "OMP_NUM_THREADS=16 /venv/bin/python -m torch.distributed.run --nnodes=2")
-    assert "GLOO_SOCKET_IFNAME" not in ssh1[4]
-    [(_, ns1), _] = ssh_commands(config(remote_shell="ip netns exec {host}"))
-    assert ns1[:6] == ["ip", "netns", "exec", "n1", "sh", "-c"]
-    assert ns1[6].endswith("-m cpuft train --max-steps 5")
+    first, second = ssh_commands(cfg)
+    assert (first.host, second.host) == ("n1", "n2")
+    # "--" ends ssh's options before the host; the environment travels on standard input
+    assert second.argv[:5] == ["ssh", "-o", "BatchMode=yes", "--", "n2"]
+    assert len(second.argv) == 6
+    assert second.argv[5].startswith(
+        'eval "$(cat)" && cd /work/job && exec /venv/bin/python -m cpuft.dist.agent '
+        "--nnodes=2")
+    assert second.stdin == ("export GLOO_SOCKET_IFNAME=eth1\nexport MASTER_ADDR=10.0.0.1\n"
+                            "export MASTER_PORT=29400\nexport OMP_NUM_THREADS=16\n")
+    assert "GLOO_SOCKET_IFNAME" not in first.stdin + first.argv[5]
+    ns1, _ = ssh_commands(config(remote_shell="ip netns exec {host}"))
+    assert ns1.argv[:6] == ["ip", "netns", "exec", "n1", "sh", "-c"]
+    assert ns1.argv[6].endswith("-m cpuft train --max-steps 5")
 
 
 def test_remote_command_quotes_the_script_once():
@@ -71,7 +75,9 @@ def test_openmpi_and_intelmpi():
     assert env["MASTER_ADDR"] == "10.0.0.1"
     argv, env = mpirun_command(config(mpi="intelmpi"))
     assert argv[:7] == ["mpirun", "-n", "4", "-ppn", "2", "-hosts", "n1,n2"]
-    assert argv[9:12] == ["-genv", "MASTER_ADDR", "10.0.0.1"] and env == {}
+    # names in the argv, values in mpirun's environment
+    assert argv[9:11] == ["-genvlist", "MASTER_ADDR,MASTER_PORT,OMP_NUM_THREADS"]
+    assert "10.0.0.1" not in argv and env["MASTER_ADDR"] == "10.0.0.1"
 
 
 def test_direct_commands_set_each_rank():
@@ -80,10 +86,10 @@ def test_direct_commands_set_each_rank():
     cfg = config(remote_shell="ip netns exec {host}",
                  module_args=["-m", "cpuft.dist.allreduce_probe"],
                  train_args=[])
-    [(_, first), (_, second)] = direct_commands(cfg)
-    assert "RANK=1" in second[6] and "WORLD_SIZE=2" in second[6]
-    assert second[6].endswith("/venv/bin/python -m cpuft.dist.allreduce_probe")
-    assert "RANK=0" in first[6]
+    first, second = direct_commands(cfg)
+    assert "export RANK=1\n" in second.stdin and "export WORLD_SIZE=2\n" in second.stdin
+    assert second.argv[6].endswith("/venv/bin/python -m cpuft.dist.allreduce_probe")
+    assert "export RANK=0\n" in first.stdin
 
 
 def launch_args(tmp_path, **kw):

@@ -16,3 +16,15 @@ def test_worker_command_unsets_preload_for_stock_runs():
                                environ={"LD_PRELOAD": "/x.so", "HOME": "/root"})
     assert argv == [sys.executable, "-m", "cpuft.bench.worker", "{}"]
     assert env == {"HOME": "/root"}
+
+
+def test_a_failed_restart_returns_why_instead_of_ending_the_run(monkeypatch):
+    import os
+
+    from cpuft.launch import reexec as module
+
+    def refuse(*args):
+        raise OSError(8, "Exec format error")
+
+    monkeypatch.setattr(os, "execve", refuse)
+    assert module.reexec(["train"], {"LD_PRELOAD": "/x.so"}).endswith(": Exec format error")

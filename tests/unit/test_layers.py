@@ -10,7 +10,7 @@ import cpuft
 
 ROOT = Path(cpuft.__file__).parent
 LAYERS = [
-    {"errors", "topology", "config", "plan", "launch"},  # torch-free
+    {"errors", "paths", "topology", "config", "plan", "launch"},  # torch-free
     {"kernels", "data", "metrics", "dist", "optim", "envlock"},
     {"speedups"},
     {"engine"},

@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
                     "all-reduce across all hosts. Exit code 1 when anything fails.")
     c.add_argument("--hostfile", required=True)
     c.add_argument("--remote-shell", default=None,
-                   help="default: 'ssh -o BatchMode=yes {host} {command}'")
+                   help="default: 'ssh -o BatchMode=yes -- {host} {command}'")
     c.add_argument("--master-addr", default=None)
     c.add_argument("--master-port", type=int, default=29500)
     c.add_argument("--json", action="store_true")

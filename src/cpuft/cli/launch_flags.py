@@ -26,7 +26,7 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
                    help="restart the workers this often; they resume from the last checkpoint")
     g.add_argument("--remote-shell", default=None,
                    help="how to run a command on a host; {host} and optionally {command} "
-                        "(default: 'ssh -o BatchMode=yes {host} {command}')")
+                        "(default: 'ssh -o BatchMode=yes -- {host} {command}')")
     g.add_argument("--mpi", choices=("openmpi", "intelmpi"), default="openmpi")
     g.add_argument("--comm-cores", type=int, default=0,
                    help="cores per rank taken from compute for gloo's communication threads")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cpuft.errors import CpuftError
+from cpuft.paths import check_writable_dir
+
+__all__ = ["check_writable_dir"]
 
 STATUS_COLOURS = {"ok": "green", "warn": "yellow", "fail": "red"}
 
@@ -34,21 +36,6 @@ def findings_table(title: str, findings: list[dict[str, Any]], with_host: bool =
         cells = [f["check"], status, f["detail"], f["fix"]]
         table.add_row(*([f["host"]] if with_host else []), *cells)
     return table
-
-
-def check_writable_dir(path: str, flag: str) -> None:
-    """Refuse a folder that could not be made or written, before a long run whose results
-    would otherwise be lost at the end; makes nothing."""
-    at = Path(path).absolute()
-    while not at.exists():
-        at = at.parent
-    if not at.is_dir():
-        raise CpuftError(f"{flag} {path}: {at} is a file, not a folder")
-    try:  # a real write: access() says yes to root everywhere, /proc included
-        with tempfile.TemporaryFile(dir=at):
-            pass
-    except OSError as e:
-        raise CpuftError(f"{flag} {path}: cannot write in {at} ({e.strerror})") from None
 
 
 def write_file(path: str, text: str, flag: str) -> None:

@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     plan = make_plan(cfg, read_topology())
     preload = allocator_env(plan.allocator, plan.allocator_path)
     if preload and args.may_reexec and not already_reexecuted():
-        reexec(sys.argv[1:], preload)
+        failed = reexec(sys.argv[1:], preload)
+        print(f"cpuft: could not restart with {plan.allocator} preloaded ({failed}): running "
+              "with the system allocator", file=sys.stderr)
 
     from cpuft.dist.group import init_distributed, shutdown
     from cpuft.engine.process import apply_plan

@@ -20,23 +20,31 @@ class LabelMap:
     regression: bool = False
 
     @classmethod
-    def infer(cls, values: Iterable[Any], regression: bool | None = None) -> LabelMap:
-        """Sorted distinct labels; float labels (or ``regression=True``) mean regression."""
+    def infer(cls, values: Iterable[Any], regression: bool | None = None,
+              where: str = "the label column") -> LabelMap:
+        """Sorted distinct labels; float labels (or ``regression=True``) mean regression.
+        Labels that mix numbers and words are refused: merged as text, ``1`` and ``"1"``, or a
+        stray ``"pos"`` among ids, would become classes nobody meant."""
         seen = [v for v in values if v is not None]
         if not seen:
-            raise CpuftError("the label column is empty")
+            raise CpuftError(f"{where}: the label column is empty")
         if regression is None:
             regression = any(isinstance(v, float) and not v.is_integer() for v in seen)
         if regression:
             return cls(regression=True)
         if any(isinstance(v, float) for v in seen):
             seen = [int(v) for v in seen]
-        kinds = {type(v) for v in seen}
-        if len(kinds) > 1:
+        numbers = sorted({str(v) for v in seen if _is_integer(v)})
+        words = sorted({str(v) for v in seen if not _is_integer(v)})
+        if numbers and words:
+            raise CpuftError(f"{where}: the labels mix numbers ({', '.join(numbers[:3])}) and "
+                             f"words ({', '.join(words[:3])}): make them all one or the other")
+        if len({type(v) for v in seen}) > 1:  # ids as numbers and as text: the same ids
             seen = [str(v) for v in seen]
         labels = tuple(sorted(set(seen)))
         if len(labels) < 2:
-            raise CpuftError(f"the label column has one class ({labels[0]!r}): nothing to learn")
+            raise CpuftError(f"{where} has one class ({labels[0]!r}): nothing to learn; "
+                             "give rows of at least two classes")
         return cls(labels=labels)
 
     @property
@@ -83,3 +91,11 @@ class LabelMap:
     def load(cls, path: Path) -> LabelMap:
         data = json.loads(path.read_text())
         return cls(labels=tuple(data["labels"]), regression=bool(data["regression"]))
+
+
+def _is_integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and value.strip().lstrip("+-").isdigit()

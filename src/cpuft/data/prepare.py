@@ -59,8 +59,7 @@ def _raw_splits(cfg: DataConfig) -> tuple[str, tuple[str, ...], str, tuple[str, 
         if cfg.validation_file:
             raw["validation"] = _labelled_table(cfg.validation_file, cfg.label_column)
         else:
-            held = raw["train"].train_test_split(test_size=cfg.validation_split, seed=SPLIT_SEED)
-            raw = {"train": held["train"], "validation": held["test"]}
+            raw = _hold_out(raw["train"], cfg.validation_split, cfg.train_file)
         if cfg.test_file:
             raw["test"] = _labelled_table(cfg.test_file, cfg.label_column)
         task = Path(cfg.train_file).stem
@@ -86,6 +85,22 @@ def _raw_splits(cfg: DataConfig) -> tuple[str, tuple[str, ...], str, tuple[str, 
     return spec.name, spec.text_columns, spec.label_column, spec.metrics, spec.regression, raw
 
 
+def _hold_out(ds: Any, share: float, path: str) -> dict[str, Any]:
+    """The seeded train/validation split of one table, each part at least one row."""
+    held = math.ceil(len(ds) * share)
+    if len(ds) < 2 or held >= len(ds):
+        raise CpuftError(f"{path}: {len(ds)} row(s) are too few to hold out a validation share "
+                         f"of {share} and train on the rest: give more rows, or a "
+                         "--validation-file")
+    parts = ds.train_test_split(test_size=share, seed=SPLIT_SEED)
+    return {"train": parts["train"], "validation": parts["test"]}
+
+
+# Cells that mean "no value" in a table: read as text (so that a label "None" of a
+# sentiment task is not lost), they are still no label.
+MISSING_LABELS = frozenset({"nan", "na", "n/a", "null", "none", "-"})
+
+
 def _labelled_table(path: str | Path, label_column: str,
                     column_names: tuple[str, ...] | None = None) -> Any:
     """A table whose every row has a label: a blank one would otherwise become a class of its
@@ -94,9 +109,10 @@ def _labelled_table(path: str | Path, label_column: str,
     if label_column in ds.column_names:  # a missing column is reported with the others
         for row, value in enumerate(ds[label_column]):
             if value is None or (isinstance(value, float) and math.isnan(value)) \
-                    or (isinstance(value, str) and not value.strip()):
+                    or (isinstance(value, str) and value.strip().lower() in ("", *MISSING_LABELS)):
+                shown = f" ({value!r})" if isinstance(value, str) and value.strip() else ""
                 raise CpuftError(f"{path}: row {row + 1} has no label in column "
-                                 f"{label_column!r}")
+                                 f"{label_column!r}{shown}")
     return ds
 
 
@@ -115,7 +131,10 @@ def load_labelled(cfg: DataConfig) -> LabelledSplits:
             raise CpuftError(
                 f"{split} data has no column {missing[0]!r} (columns: {', '.join(ds.column_names)})"
             )
-    label_map = LabelMap.infer(raw["train"][label_col], regression=regression)
+    held_out = "validation" in raw and not cfg.validation_file and bool(cfg.train_file)
+    label_map = LabelMap.infer(raw["train"][label_col], regression=regression,
+                               where="the training split" + (
+                                   " (after holding out the validation rows)" if held_out else ""))
     out = LabelledSplits(
         task=task,
         text_columns=text_cols,

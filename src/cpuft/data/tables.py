@@ -43,6 +43,8 @@ def load_table(path: str | Path, column_names: tuple[str, ...] | None = None) ->
         ds = datasets.load_dataset(builder, data_files=str(p), split="train", **kwargs)
     except Exception as e:  # datasets wraps parser errors in several exception types
         cause = e.__cause__ or e
+        if "corresponds to no data" in str(cause):  # datasets' words for a header alone
+            raise CpuftError(f"{p}: the file has no rows (a header alone?)") from None
         raise CpuftError(f"{p}: cannot read it as {p.suffix[1:]}: {str(cause).splitlines()[0]}") \
             from None
     if len(ds) == 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict
 from typing import Any
 
@@ -20,7 +21,8 @@ def _finding(host: str, check: str, status: str, detail: str, fix: str = "") -> 
 
 def _versions(cfg: LaunchConfig, host: str, here: dict[str, Any]) -> Finding:
     try:
-        there = read_lock(probe(cfg, host, f"{cfg.python} -m cpuft env lock"), f"{host}'s lock")
+        there = read_lock(probe(cfg, host, f"{shlex.quote(cfg.python)} -m cpuft env lock"),
+                          f"{host}'s lock")
     except CpuftError as e:
         return _finding(host, "versions", FAIL, str(e),
                            f"install cpuft on {host} at {cfg.python}")

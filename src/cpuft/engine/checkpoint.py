@@ -31,27 +31,96 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
+def _mount_point(path: Path) -> Path:
+    at = path.absolute()
+    while not os.path.ismount(at) and at != at.parent:
+        at = at.parent
+    return at
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_temps(output_dir: Path) -> None:
+    """Half-written checkpoints that a process which is gone left behind (a full disk, a kill)."""
+    for tmp in output_dir.glob(f".{PREFIX}*.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 0)
+                continue  # its writer still runs
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``state`` as checkpoint-<step>; keep the newest ``keep`` checkpoints."""
+    """Write ``state`` as checkpoint-<step>; keep the newest ``keep`` checkpoints.
+
+    The checkpoint is written whole under a temporary name, synced, then renamed into place, and
+    the folder synced: a crash leaves the last checkpoint as it was. A write that fails (a full
+    disk) removes its own part and says which disk.
+    """
+    _remove_stale_temps(output_dir)
     final = output_dir / f"{PREFIX}{step}"
     tmp = output_dir / f".{PREFIX}{step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    with (tmp / STATE_FILE).open("wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    if final.exists():
-        shutil.rmtree(final)
+    try:
+        tmp.mkdir(parents=True)
+        with (tmp / STATE_FILE).open("wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+    except (OSError, RuntimeError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        disk = _mount_point(output_dir)
+        free = shutil.disk_usage(disk).free // 2**20 if disk.exists() else 0
+        last = latest_checkpoint(output_dir)
+        kept = f"; the last checkpoint, {last}, is intact" if last else ""
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        raise CpuftError(f"cannot write checkpoint {final} on {disk} ({free} MiB free: {why})"
+                         f"{kept}: free some space, then rerun with --resume") from None
+    old = None
+    if final.exists():  # moved aside, not deleted, until the new one is in place
+        old = output_dir / f".{PREFIX}{step}.old-{os.getpid()}"
+        os.replace(final, old)
     os.replace(tmp, final)
-    for old in checkpoint_dirs(output_dir)[:-keep]:
+    _fsync_dir(output_dir)
+    if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+    for stale in checkpoint_dirs(output_dir)[:-keep]:
+        shutil.rmtree(stale, ignore_errors=True)
     return final
+
+
+def _readable(path: Path) -> str:
+    """'' if the checkpoint at ``path`` loads; else why not, in a few words."""
+    try:
+        torch.load(path / STATE_FILE, weights_only=True)
+    except Exception as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        # torch's own advice (weights_only=False) would run code from the file: never given.
+        return "not a checkpoint cpuft wrote" if "weights_only" in first else first[:160]
+    return ""
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         state: dict[str, Any] = torch.load(path / STATE_FILE, weights_only=True)
-    except Exception as e:
-        raise CpuftError(f"checkpoint {path} cannot be read: {e}") from None
+    except Exception:
+        why = _readable(path)
+        older = [p for p in checkpoint_dirs(path.parent) if p != path
+                 and int(p.name.removeprefix(PREFIX)) < int(path.name.removeprefix(PREFIX) or 0)]
+        good = next((p for p in reversed(older) if not _readable(p)), None)
+        advice = (f"{good} loads: move {path} away to resume from it" if good
+                  else "no older checkpoint loads: start again without --resume")
+        raise CpuftError(f"checkpoint {path} is damaged ({why}); {advice}") from None
     return state

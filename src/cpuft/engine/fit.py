@@ -222,7 +222,14 @@ class _Loop:
                 self.epoch, self.position = self.epoch + 1, 0
             if config.save_steps and self.step % config.save_steps == 0:
                 self._checkpoint()
-            if stop:
+            if self.dist is not None:
+                # A signal reaches each rank at its own moment: the ranks stop at one step, so
+                # that rank 0 is not left waiting in an all-reduce for one that already left.
+                [signum] = self.dist.all_reduce_max([float(stop.get("signal", 0))])
+                if signum:
+                    stop.setdefault("signal", int(signum))
+            # Stopped in the last step, the run is done: it ends as any finished run does.
+            if stop and self.step < config.total_steps:
                 self._checkpoint()
                 self.logger.close()
                 where = (f"; checkpoint at step {self.step} in {config.output_dir}"

@@ -4,13 +4,17 @@ and keep a resumed run's settings and metrics consistent."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cpuft.config import TrainConfig, to_flat
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.errors import CpuftError
+from cpuft.paths import check_writable_dir
 
 RUN_MARKER = "cpuft_run.json"
 RESUME_KEEPS = ("model", "task", "data_dir", "train_file", "validation_file", "text_columns",
@@ -31,6 +35,7 @@ def check_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
     out = Path(cfg.output.output_dir)
     if out.exists() and not out.is_dir():
         raise CpuftError(f"--output-dir {out} is a file")
+    check_writable_dir(str(out), "--output-dir")
     holds_run = (out / RUN_MARKER).is_file()
     if cfg.output.resume:
         ckpt = latest_checkpoint(out) if holds_run else None
@@ -48,13 +53,45 @@ def check_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
     return out, None
 
 
-def check_resume_settings(out: Path, cfg: TrainConfig) -> None:
-    """Refuse to resume the run in ``out`` with settings that would make it another run."""
+def _marker(out: Path) -> dict[str, Any]:
     try:
-        saved = json.loads((out / RUN_MARKER).read_text())["config"]
-    except (OSError, ValueError, KeyError):
+        marker = json.loads((out / RUN_MARKER).read_text())
+        if not isinstance(marker.get("config"), dict):
+            raise ValueError
+    except (OSError, ValueError, AttributeError):
         raise CpuftError(f"--resume: {out / RUN_MARKER} cannot be read") from None
+    return dict(marker)
+
+
+def fit_to_world(out: Path, cfg: TrainConfig, world: int, say: Callable[[str], None],
+                 is_main: bool = True) -> TrainConfig:
+    """A run resumed on another number of ranks (a host lost for good) keeps its global batch:
+    each rank takes its share of it, so the data order and the schedule stay the run's."""
+    marker = _marker(out)
+    saved_world = int(marker.get("world_size", world))
+    saved_batch = marker["config"].get("batch_size")
+    if saved_world == world or saved_batch != cfg.optimization.batch_size:
+        return cfg
+    global_batch = saved_batch * saved_world
+    if global_batch % world:
+        raise CpuftError(f"--resume: the run's global batch of {global_batch} samples does not "
+                         f"split over {world} ranks: resume on a number of ranks that divides it")
+    if is_main:
+        say(f"resuming a run of {saved_world} rank(s) on {world}: {global_batch // world} "
+            f"samples a rank, the same global batch of {global_batch}")
+    return replace(cfg, optimization=replace(cfg.optimization,
+                                             batch_size=global_batch // world))
+
+
+def check_resume_settings(out: Path, cfg: TrainConfig, world: int = 1) -> None:
+    """Refuse to resume the run in ``out`` with settings that would make it another run."""
+    marker = _marker(out)
+    saved = dict(marker["config"])
     now = json.loads(json.dumps(to_flat(cfg)))
+    saved_world = int(marker.get("world_size", world))
+    if "batch_size" in saved:  # what must not change is the global batch
+        saved["batch_size"] *= saved_world
+        now["batch_size"] *= world
     changed = [key for key in RESUME_KEEPS if key in saved and saved[key] != now[key]]
     if changed:
         def shown(value: Any) -> str:
@@ -66,17 +103,42 @@ def check_resume_settings(out: Path, cfg: TrainConfig) -> None:
                          "its settings, or start a new run in another --output-dir")
 
 
-def clear_output_dir(out: Path, resume_from: Path | None) -> None:
-    """Empty the output dir for a new run (``check_output_dir`` allowed it); keep it to resume."""
-    if resume_from is None and out.is_dir():
-        shutil.rmtree(out)
+def clear_output_dir(out: Path, resume_from: Path | None) -> Path | None:
+    """Make ``out`` ready for the run (``check_output_dir`` allowed it). An old run there is
+    moved aside, not deleted: ``settle_previous`` deletes it once the new run has a checkpoint
+    or has finished, or puts it back if the new run fails before."""
+    aside = None
+    if resume_from is None and out.is_dir() and any(out.iterdir()):
+        aside = out.with_name(f".{out.name}.previous-{os.getpid()}")
+        out.rename(aside)
     out.mkdir(parents=True, exist_ok=True)
+    return aside
+
+
+def settle_previous(out: Path, aside: Path | None) -> None:
+    """After the new run ended, well or not: the run set aside goes if the new one has a
+    checkpoint or a summary to show, and comes back otherwise."""
+    if aside is None or not aside.exists():
+        return
+    if (out / "summary.json").is_file() or latest_checkpoint(out) is not None:
+        shutil.rmtree(aside)
+    else:
+        shutil.rmtree(out)
+        aside.rename(out)
 
 
 def trim_metrics(path: Path, last_step: int) -> None:
-    """Drop records after the checkpoint being resumed, so steps are not logged twice."""
+    """Drop records after the checkpoint being resumed, so steps are not logged twice, and any
+    line a stopped run left half-written."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] <= last_step]
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) \
+                and record["step"] <= last_step:
+            kept.append(line)
     path.write_text("".join(line + "\n" for line in kept))

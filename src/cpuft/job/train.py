@@ -19,6 +19,8 @@ from cpuft.job.outdir import (
     check_output_dir,
     check_resume_settings,
     clear_output_dir,
+    fit_to_world,
+    settle_previous,
     trim_metrics,
 )
 from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
@@ -30,15 +32,29 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
               dist: DistContext | None = None) -> dict[str, Any]:
     """Run the whole job and return the summary (also written to summary.json by rank 0)."""
     main = dist is None or dist.info.is_main
+    world = dist.info.world_size if dist else 1
     out, resume_from = Path(cfg.output.output_dir), None
     if main:
         out, resume_from = check_output_dir(cfg)
+    if cfg.output.resume:
+        cfg = fit_to_world(out, cfg, world, say, main)
     run = build_run(cfg, plan, dist=dist, say=say)
     cfg = run.cfg
+    aside = None
     if main:
         if resume_from is not None:
-            check_resume_settings(out, cfg)
-        clear_output_dir(out, resume_from)
+            check_resume_settings(out, cfg, world)
+        aside = clear_output_dir(out, resume_from)
+    try:
+        return _train(run, out, resume_from, say, dist)
+    finally:
+        if main:
+            settle_previous(out, aside)
+
+
+def _train(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], None],
+           dist: DistContext | None) -> dict[str, Any]:
+    cfg, main = run.cfg, dist is None or dist.info.is_main
     if dist is not None:
         dist.barrier()  # rank 0 has checked, cleared or found the output dir
         if not main:
@@ -64,7 +80,8 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
 def _start_run_folder(run: Run, out: Path, resume_from: Path | None,
                       say: Callable[[str], None]) -> list[MetricSink]:
     """Mark the folder as this run's, and the sinks its metrics go to."""
-    (out / RUN_MARKER).write_text(json.dumps({"config": to_flat(run.cfg)}, indent=2) + "\n")
+    (out / RUN_MARKER).write_text(json.dumps({"config": to_flat(run.cfg),
+                                              "world_size": run.world_size}, indent=2) + "\n")
     run.task.write_metadata(out)
     if resume_from is not None:
         say(f"resuming from {resume_from}")

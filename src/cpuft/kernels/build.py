@@ -15,6 +15,7 @@ import functools
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -50,9 +51,37 @@ def library_name(name: str, source: bytes, cc: str, cpu_flags: str) -> str:
     return f"{name}-{digest[:16]}.so"
 
 
+def not_private(path: Path) -> str:
+    """Why ``path`` may hold another user's code ('' when it is this user's own, a plain file or
+    folder, and nobody else may write it)."""
+    st = path.lstat()
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to another user (uid {st.st_uid})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by others"
+    return ""
+
+
+def _compile(cc: str, source: Path, target: Path) -> str:
+    """Build ``source`` into ``target`` atomically (a concurrent rank sees all or nothing)."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        failed = run_command([cc, *FLAGS, str(source), "-o", str(built)])
+        if not failed:
+            os.replace(built, target)
+        return failed
+
+
 @functools.cache
 def load(name: str) -> tuple[ctypes.CDLL | None, str]:
-    """(library, what was done) for ``<name>.c`` of this folder, or (None, why not)."""
+    """(library, what was done) for ``<name>.c`` of this folder, or (None, why not).
+
+    A cached library is loaded only from a folder and a file that are this user's and that no
+    one else may write: loading runs its code. Otherwise it is built again in a private folder
+    for this process, and the note says why.
+    """
     if os.environ.get("CPUFT_NO_KERNELS"):
         return None, "CPUFT_NO_KERNELS is set"
     cc = find_compiler()
@@ -60,19 +89,26 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
         return None, "no C compiler (cc or $CC) on PATH"
     source = Path(__file__).with_name(f"{name}.c")
     target = kernel_dir() / library_name(name, source.read_bytes(), cc, _this_cpu())
-    if not target.exists():
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                built = Path(tmp) / target.name
-                failed = run_command([cc, *FLAGS, str(source), "-o", str(built)])
-                if failed:
-                    return None, failed
-                os.replace(built, target)  # atomic: a concurrent rank sees all or nothing
-        except OSError as err:
-            return None, f"cannot write {target.parent}: {err.strerror or err}"
+    distrust = ""
     try:
-        return ctypes.CDLL(str(target)), f"built with {cc} -march=native ({target})"
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        distrust = not_private(target.parent) or (not_private(target) if target.exists() else "")
+    except OSError as err:
+        distrust = f"cannot use {target.parent}: {err.strerror or err}"
+    if distrust:
+        target = Path(tempfile.mkdtemp(prefix="cpuft-kernels-")) / target.name
+    try:
+        if not target.exists():
+            failed = _compile(cc, source, target)
+            if failed:
+                return None, failed
+    except OSError as err:
+        return None, f"cannot write {target.parent}: {err.strerror or err}"
+    note = f"built with {cc} -march=native ({target})"
+    if distrust:
+        note += f"; not the cache, since {distrust}"
+    try:
+        return ctypes.CDLL(str(target)), note
     except OSError as err:
         return None, f"cannot load {target}: {err}"
 

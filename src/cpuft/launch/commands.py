@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 from cpuft.errors import CpuftError
 from cpuft.launch.hostfile import Host
+from cpuft.launch.names import check_env_name, check_host
 
-DEFAULT_REMOTE_SHELL = "ssh -o BatchMode=yes {host} {command}"
+# "--" ends ssh's options: nothing after it is read as one, whatever the host is called.
+DEFAULT_REMOTE_SHELL = "ssh -o BatchMode=yes -- {host} {command}"
 # Environment a rank needs from the launching machine, forwarded to every node.
 FORWARD_PREFIXES = ("CPUFT_", "OMP_", "KMP_", "GOMP_", "HF_", "TOKENIZERS_", "MALLOC_CONF",
                     "LD_PRELOAD", "GLOO_", "TORCH_")
@@ -55,7 +57,7 @@ def torchrun_args(cfg: LaunchConfig, node_rank: int) -> list[str]:
     """The torchrun (``python -m torch.distributed.run``) command of one node's agent."""
     host = cfg.hosts[node_rank]
     args = [
-        cfg.python, "-m", "torch.distributed.run",
+        cfg.python, "-m", "cpuft.dist.agent",
         f"--nnodes={len(cfg.hosts)}",
         f"--nproc-per-node={cfg.nproc_per_node}",
         "--rdzv-backend=c10d",
@@ -89,34 +91,51 @@ def remote_command(template: str, host: str, script: str) -> list[str]:
     ``{command}`` in the template receives the script as one argument (ssh hands it to the
     remote shell); a template without it gets ``sh -c SCRIPT`` appended (``ip netns exec``).
     """
+    check_host(host.strip("[]"))
     parts = [p.replace("{host}", host) for p in shlex.split(template)]
     if "{command}" in parts:
         return [script if p == "{command}" else p for p in parts]
     return [*parts, "sh", "-c", script]
 
 
-def ssh_commands(cfg: LaunchConfig) -> list[tuple[str, list[str]]]:
-    """Per host, the argv that starts its torchrun agent there (environment set inline)."""
-    out = []
-    for node_rank, host in enumerate(cfg.hosts):
-        env = _env_for(cfg, host.name)
-        assignments = [f"{k}={v}" for k, v in sorted(env.items())]
-        script = (f"cd {shlex.quote(cfg.workdir)} && exec env "
-                  + shlex.join([*assignments, *torchrun_args(cfg, node_rank)]))
-        out.append((host.name, remote_command(cfg.remote_shell, host.name, script)))
-    return out
+@dataclass(frozen=True, slots=True)
+class RemoteStart:
+    """A process to start on ``host`` through the remote shell: its argv, and the text to write
+    to its standard input, where the environment travels (never in an argv, which every user of
+    a machine can read in its process list)."""
+
+    host: str
+    argv: list[str]
+    stdin: str
 
 
-def direct_commands(cfg: LaunchConfig) -> list[tuple[str, list[str]]]:
+def env_script(env: dict[str, str]) -> str:
+    """Shell lines that export ``env``, each value quoted."""
+    return "".join(f"export {check_env_name(k)}={shlex.quote(v)}\n"
+                   for k, v in sorted(env.items()))
+
+
+def _remote_start(cfg: LaunchConfig, host: str, env: dict[str, str],
+                  program: list[str]) -> RemoteStart:
+    # The remote shell reads the exports from its standard input, then becomes the program.
+    script = f'eval "$(cat)" && cd {shlex.quote(cfg.workdir)} && exec {shlex.join(program)}'
+    return RemoteStart(host, remote_command(cfg.remote_shell, host, script), env_script(env))
+
+
+def ssh_commands(cfg: LaunchConfig) -> list[RemoteStart]:
+    """Per host, what starts its torchrun agent there."""
+    return [_remote_start(cfg, host.name, _env_for(cfg, host.name), torchrun_args(cfg, rank))
+            for rank, host in enumerate(cfg.hosts)]
+
+
+def direct_commands(cfg: LaunchConfig) -> list[RemoteStart]:
     """One process per host, its rank set directly (no torchrun): for short probes."""
     out = []
     for rank, host in enumerate(cfg.hosts):
         env = {**_env_for(cfg, host.name), "RANK": str(rank), "WORLD_SIZE": str(len(cfg.hosts)),
                "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
-        assignments = [f"{k}={v}" for k, v in sorted(env.items())]
-        script = (f"cd {shlex.quote(cfg.workdir)} && exec env "
-                  + shlex.join([*assignments, cfg.python, *cfg.module_args, *cfg.train_args]))
-        out.append((host.name, remote_command(cfg.remote_shell, host.name, script)))
+        out.append(_remote_start(cfg, host.name, env,
+                                 [cfg.python, *cfg.module_args, *cfg.train_args]))
     return out
 
 
@@ -126,7 +145,7 @@ def mpirun_command(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
     program = [cfg.python, *cfg.module_args, *cfg.train_args]
     n = cfg.world_size
     if cfg.mpi == "openmpi":
-        hosts = ",".join(f"{h.name}:{cfg.nproc_per_node}" for h in cfg.hosts)
+        hosts = ",".join(f"{check_host(h.name)}:{cfg.nproc_per_node}" for h in cfg.hosts)
         argv = ["mpirun", "-np", str(n), "-H", hosts, "--map-by", f"ppr:{cfg.nproc_per_node}:node",
                 "--bind-to", "none", "--wdir", cfg.workdir]
         if cfg.run_as_root:
@@ -135,11 +154,11 @@ def mpirun_command(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
             argv += ["-x", key]
         return [*argv, *program], env
     if cfg.mpi == "intelmpi":
+        # -genvlist names the variables; their values stay in mpirun's environment.
         argv = ["mpirun", "-n", str(n), "-ppn", str(cfg.nproc_per_node),
-                "-hosts", ",".join(h.name for h in cfg.hosts), "-wdir", cfg.workdir]
-        for key in sorted(env):
-            argv += ["-genv", key, env[key]]
-        return [*argv, *program], {}
+                "-hosts", ",".join(h.name for h in cfg.hosts), "-wdir", cfg.workdir,
+                "-genvlist", ",".join(check_env_name(k) for k in sorted(env))]
+        return [*argv, *program], env
     raise CpuftError(f"unknown MPI {cfg.mpi!r}: use openmpi or intelmpi")
 
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpuft.errors import CpuftError
+from cpuft.launch.names import check_host
 
-_HOST = r"[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]"
+_HOST = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*|\[[0-9A-Fa-f:.]+\]"
 _PLAIN = re.compile(rf"^(?P<host>{_HOST})$")
 _OPENMPI = re.compile(
     rf"^(?P<host>{_HOST})(?:\s+(?:slots|max_slots|max-slots)\s*=\s*(?P<slots>\d+))+$"
@@ -39,6 +40,10 @@ def parse_hostfile(text: str, source: str = "hostfile") -> list[Host]:
                 "(expected 'host', 'host slots=N' or 'host:N')"
             )
         name = m.group("host")
+        try:
+            check_host(name.strip("[]"))
+        except CpuftError as e:
+            raise CpuftError(f"{source} line {lineno}: {e}") from None
         slots = int(m.group("slots")) if m.groupdict().get("slots") else None
         if slots == 0:
             raise CpuftError(f"{source} line {lineno}: {name} has 0 slots")

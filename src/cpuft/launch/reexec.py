@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 MARKER = "CPUFT_REEXEC"
 
@@ -26,8 +25,13 @@ def reexec_command(argv: Sequence[str], extra_env: dict[str, str],
     return [sys.executable, "-m", "cpuft", *argv], env
 
 
-def reexec(argv: Sequence[str], extra_env: dict[str, str]) -> NoReturn:
+def reexec(argv: Sequence[str], extra_env: dict[str, str]) -> str:
+    """Become the same command with ``extra_env``; returns only if that failed, saying why."""
     cmd, env = reexec_command(argv, extra_env)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(cmd[0], cmd, env)
+    try:
+        os.execve(cmd[0], cmd, env)
+    except OSError as e:
+        return f"{cmd[0]}: {e.strerror or e}"
+    return "execve returned"  # it never does on success

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from cpuft.errors import CpuftError
 from cpuft.launch.commands import DEFAULT_REMOTE_SHELL, LaunchConfig, forwarded_env
 from cpuft.launch.hostfile import Host, read_hostfile
+from cpuft.launch.names import check_host
 from cpuft.launch.run import check_port, resolve_network
 from cpuft.plan.allocator import allocator_env, choose_allocator
 from cpuft.topology import read_topology
@@ -63,6 +64,8 @@ def build_launch(req: LaunchRequest, check_network: bool = True) -> LaunchConfig
     """The LaunchConfig for ``req``. ``check_network=False`` leaves the network (master address,
     interfaces, port) unresolved."""
     hosts = read_hostfile(req.hostfile) if req.hostfile else [Host("localhost")]
+    if req.master_addr is not None:
+        check_host(req.master_addr, "--master-addr")
     launcher = req.launcher or ("ssh" if req.hostfile else "local")
     nproc = _nproc(req, hosts)
     for h in hosts:

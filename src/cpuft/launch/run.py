@@ -23,6 +23,7 @@ from cpuft.launch.commands import (
     remote_command,
     ssh_commands,
 )
+from cpuft.launch.names import check_host
 from cpuft.launch.netinfo import is_ip, parse_addrs, route_to
 
 PROBE_TIMEOUT_S = 15.0
@@ -58,9 +59,11 @@ def resolve_network(cfg: LaunchConfig, master_given: bool) -> None:
                 raise CpuftError(f"host {first} has no IPv4 address besides loopback: "
                                  "pass --master-addr")
             cfg.master_addr = addrs[0][1]
+    check_host(cfg.master_addr, "the master address")
     for host in cfg.hosts:
         out = probe(cfg, host.name,
-                    f"ip -o -4 addr show; echo ---; ip -o route get {cfg.master_addr} || true")
+                    "ip -o -4 addr show; echo ---; ip -o route get "
+                    f"{shlex.quote(cfg.master_addr)} || true")
         addr_text, _, route_text = out.partition("---")
         route = route_to(cfg.master_addr, route_text, addr_text)
         if route is None:
@@ -131,13 +134,18 @@ def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failur
             sys.stdout.flush()
 
 
-def _start(host: str, argv: Sequence[str], env: dict[str, str], lock: threading.Lock,
-           failures: list[Failure], capture: list[str] | None,
+def _start(host: str, argv: Sequence[str], env: dict[str, str], stdin: str | None,
+           lock: threading.Lock, failures: list[Failure], capture: list[str] | None,
            stopping: threading.Event) -> _Proc:
     popen = subprocess.Popen(
         list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1,
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, start_new_session=True,
+        bufsize=1,
     )
+    if stdin is not None and popen.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):  # a shell that died at once: its exit says
+            popen.stdin.write(stdin)
+            popen.stdin.close()
     reader = threading.Thread(target=_stream,
                               args=(host, popen.stdout, lock, failures, capture, stopping),
                               daemon=True)
@@ -153,16 +161,17 @@ def _signal_all(procs: list[_Proc], sig: int) -> None:
 
 
 def _commands(cfg: LaunchConfig, base_env: dict[str, str]
-              ) -> list[tuple[str, list[str], dict[str, str]]]:
+              ) -> list[tuple[str, list[str], dict[str, str], str | None]]:
+    """(host, argv, environment, standard input) of each process to start here."""
     if cfg.launcher == "local":
         argv, env = local_command(cfg)
-        return [(cfg.hosts[0].name, argv, {**base_env, **env})]
+        return [(cfg.hosts[0].name, argv, {**base_env, **env}, None)]
     if cfg.launcher in ("ssh", "direct"):
         build = ssh_commands if cfg.launcher == "ssh" else direct_commands
-        return [(host, argv, base_env) for host, argv in build(cfg)]
+        return [(s.host, s.argv, base_env, s.stdin) for s in build(cfg)]
     if cfg.launcher == "mpirun":
         argv, env = mpirun_command(cfg)
-        return [("mpirun", argv, {**base_env, **env})]
+        return [("mpirun", argv, {**base_env, **env}, None)]
     raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh or mpirun")
 
 
@@ -176,8 +185,8 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
     commands = _commands(cfg, base_env)
     failures: list[Failure] = []
     stopping = threading.Event()
-    procs = [_start(host, argv, env, lock, failures, capture, stopping)
-             for host, argv, env in commands]
+    procs = [_start(host, argv, env, stdin, lock, failures, capture, stopping)
+             for host, argv, env, stdin in commands]
     stopped_by: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(kw_only=True, slots=True)
@@ -41,21 +42,26 @@ def key(*, cpu: str, model: str, precision: str, max_seq_length: int, torch_vers
     return f"{cpu}|{model_key(model)}|{precision}|{max_seq_length}|torch {torch_version}"
 
 
-def lookup(k: str, path: Path | None = None) -> CompileMeasurement | None:
-    path = path or cache_path()
+def _read(path: Path) -> dict[str, Any]:
+    """The cache's entries; a damaged file reads as empty (and is rewritten by ``store``)."""
     try:
-        entry = json.loads(path.read_text()).get(k)
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def lookup(k: str, path: Path | None = None) -> CompileMeasurement | None:
+    entry = _read(path or cache_path()).get(k)
+    try:
+        return CompileMeasurement(**entry) if isinstance(entry, dict) else None
+    except TypeError:  # an entry of another shape: as good as none
         return None
-    return CompileMeasurement(**entry) if entry else None
 
 
 def store(k: str, m: CompileMeasurement, path: Path | None = None) -> None:
     path = path or cache_path()
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
+    data = _read(path)
     data[k] = asdict(m)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")

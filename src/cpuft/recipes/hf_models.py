@@ -129,8 +129,15 @@ def load_classifier(name: str, label_map: LabelMap) -> Any:
         kwargs["problem_type"] = "single_label_classification"
         kwargs["id2label"] = label_map.id2label()
         kwargs["label2id"] = {v: k for k, v in label_map.id2label().items()}
+    from safetensors import SafetensorError
+
+    # A classifier checkpoint with another number of classes gets a new head for this task's.
+    kwargs["ignore_mismatched_sizes"] = True
     try:
         return AutoModelForSequenceClassification.from_pretrained(name, **kwargs)
+    except SafetensorError as e:
+        raise CpuftError(f"--model {name}: the weights file is damaged or cut short "
+                         f"({str(e).splitlines()[0]})") from None
     except OSError as e:
         if Path(name).is_dir():
             raise CpuftError(f"--model {name}: cannot load the weights ({e})") from None

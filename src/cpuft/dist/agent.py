@@ -1,0 +1,49 @@
+"""torchrun, with its rendezvous store listening on the rendezvous address alone.
+
+torch's TCPStore server listens on every interface of the host it runs on, whatever address it
+is given: a one-host job's store was reachable from the whole network. Run in its place
+(``python -m cpuft.dist.agent`` takes torchrun's arguments), this binds the listening socket to
+the rendezvous endpoint's address first and hands it to the store: 127.0.0.1 for a one-host
+job, the address that faces the cluster for a multi-host one.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+
+def bound_listener(host: str, port: int) -> int:
+    """A socket listening on ``host``:``port`` alone; its file descriptor, for a TCPStore."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host.strip("[]"), port), family=family, backlog=512)
+    return listener.detach()
+
+
+def _patch_store_servers() -> None:
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, dynamic_rendezvous
+
+    def store(host_name: str, port: int, is_master: bool = False,
+              **kwargs: Any) -> dist.TCPStore:
+        if is_master and kwargs.get("master_listen_fd") is None:
+            kwargs["master_listen_fd"] = bound_listener(host_name, port)
+        return dist.TCPStore(host_name, port, is_master=is_master, **kwargs)
+
+    c10d_rendezvous_backend.TCPStore = store  # type: ignore[misc,assignment]
+
+    def server(self: Any, master_addr: str, master_port: int) -> dist.TCPStore:
+        return store(master_addr, master_port, is_master=True, multi_tenant=True)
+
+    dynamic_rendezvous.DynamicRendezvousHandler._create_tcp_store_server = server  # type: ignore[method-assign]
+
+
+def main() -> None:
+    _patch_store_servers()
+    from torch.distributed.run import main as torchrun
+
+    torchrun()
+
+
+if __name__ == "__main__":
+    main()

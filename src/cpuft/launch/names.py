@@ -1,0 +1,37 @@
+"""What may stand for a host in a command line: a host name or an address, nothing else.
+
+Every host and address that reaches a remote shell, ssh or mpirun passes through here, so that a
+value such as ``-Fevil`` (an ssh option) or ``1.2.3.4;touch x`` (a shell command) never does.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from cpuft.errors import CpuftError
+
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return False
+    return True
+
+
+def check_host(text: str, what: str = "host") -> str:
+    """``text`` if it is a host name or an IP address; else one line saying it is not."""
+    if is_address(text) or (len(text) <= 253 and _HOSTNAME.fullmatch(text)):
+        return text
+    raise CpuftError(f"{what} {text!r} is not a host name or an IP address")
+
+
+def check_env_name(name: str) -> str:
+    if not _ENV_NAME.fullmatch(name):
+        raise CpuftError(f"environment variable name {name!r} is not a shell name")
+    return name
