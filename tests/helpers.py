@@ -131,20 +131,29 @@ def cpuft_env(**extra: str) -> dict[str, str]:
 
 
 def run_two_ranks(script: str, cwd: Path,
-                  rank_env: Callable[[int], dict[str, str]] = lambda rank: {}) -> list[str]:
-    """Run ``script`` as ranks 0 and 1 of a gloo job on this host; each rank's last stdout
-    line (the test's JSON), after asserting that both exited cleanly."""
+                  rank_env: Callable[[int], dict[str, str]] = lambda rank: {},
+                  hosts: tuple[str, str] | None = None, master_addr: str = "127.0.0.1",
+                  ) -> list[str]:
+    """Run ``script`` as ranks 0 and 1 of a gloo job: on this host, or one in each of two
+    namespaced ``hosts`` (whose first has ``master_addr``); each rank's last stdout line (the
+    test's JSON), after asserting that both exited cleanly."""
     import subprocess
     import sys
 
     port = free_port()
     procs = []
     for rank in (0, 1):
-        env = cpuft_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                        LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                        **rank_env(rank))
-        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, cwd=cwd,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        local = "0" if hosts else str(rank)
+        env = cpuft_env(RANK=str(rank), LOCAL_RANK=local, WORLD_SIZE="2",
+                        LOCAL_WORLD_SIZE="1" if hosts else "2", MASTER_ADDR=master_addr,
+                        MASTER_PORT=str(port), **rank_env(rank))
+        if hosts:
+            env["GLOO_SOCKET_IFNAME"] = "eth0"  # the namespaces' link (cpuft.bench.netns)
+        argv = [sys.executable, "-c", script]
+        if hosts:
+            argv = ["ip", "netns", "exec", hosts[rank], *argv]
+        procs.append(subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
     lines = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -199,3 +208,107 @@ def kill_rank_and_expect_stop(launcher, tag, out, host):
     last = stderr.strip().splitlines()[-1]
     assert f"rank 1 on host {host} died (killed by signal 9)" in last, stderr[-2000:]
     wait_for(lambda: not job_pids(tag), 15, "no process of the job left")
+
+
+LM_SPECIAL = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+LM_WORDS = ["review", ":", "verdict", "fresh", "rotten", "user", "assistant", "system", "is",
+            "it", "?", "."]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def make_tiny_llama(folder: Path, seed: int = 0) -> Path:
+    """A 2-layer, 32-wide Llama with random weights and a word-level tokenizer with a chat
+    template (turns between <|im_start|> and <|im_end|>, as SmolLM2's)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(
+        dict.fromkeys(LM_SPECIAL + LM_WORDS + POSITIVE + NEGATIVE + FILLER))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
+                                   eos_token="<|im_end|>",
+                                   additional_special_tokens=["<|im_start|>"])
+    fast.chat_template = CHAT_TEMPLATE
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, tie_word_embeddings=True,
+                         pad_token_id=vocab["<pad>"], eos_token_id=vocab["<|im_end|>"],
+                         bos_token_id=None)
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+def verdict_rows(n: int, seed: int = 0) -> list[dict[str, str]]:
+    """Prompt/response records whose verdict follows from the review's words."""
+    return [{"prompt": f"review: {text} verdict:", "response": " fresh" if label == "pos"
+             else " rotten"} for text, label in sentiment_rows(n, seed)]
+
+
+def write_jsonl(path: Path, records: list[dict[str, object]]) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def write_tiny_gguf(path: Path, hidden: int = 32, layers: int = 2, heads: int = 4,
+                    kv_heads: int = 2, ffn: int = 64, seed: int = 0) -> Path:
+    """A 2-layer Llama in a GGUF file, as llama.cpp writes them: byte-level BPE tokens with a
+    few merges, a chat template, fp32 tensors (random). transformers dequantizes and loads it."""
+    import gguf
+    import numpy as np
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    rng = np.random.default_rng(seed)
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    alphabet = sorted(set(bytes_to_unicode().values()))
+    merged = ["re", "\u0120g", "oo"]
+    tokens = special + alphabet + merged
+    vocab = len(tokens)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny")
+    w.add_context_length(128)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_vocab_size(vocab)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([3] * len(special) + [1] * (len(alphabet) + len(merged)))
+    w.add_token_merges(["r e", "\u0120 g", "o o"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(0)
+    w.add_chat_template(CHAT_TEMPLATE)
+    def t(name: str, *shape: int) -> None:
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+    t("token_embd.weight", vocab, hidden)
+    head_dim = hidden // heads
+    for i in range(layers):
+        t(f"blk.{i}.attn_q.weight", hidden, hidden)
+        t(f"blk.{i}.attn_k.weight", kv_heads * head_dim, hidden)
+        t(f"blk.{i}.attn_v.weight", kv_heads * head_dim, hidden)
+        t(f"blk.{i}.attn_output.weight", hidden, hidden)
+        t(f"blk.{i}.ffn_gate.weight", ffn, hidden)
+        t(f"blk.{i}.ffn_up.weight", ffn, hidden)
+        t(f"blk.{i}.ffn_down.weight", hidden, ffn)
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, np.float32))
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

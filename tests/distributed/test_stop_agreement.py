@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from cpuft.bench.netns import can_make_namespaces, namespace_cluster
 from cpuft.engine.fit import FitConfig, fit
 from tests.helpers import run_two_ranks
 
@@ -50,8 +51,19 @@ shutdown(ctx)
 
 
 @pytest.mark.multiprocess
-def test_a_signal_to_one_rank_stops_both_at_the_same_step(tmp_path):
-    lines = run_two_ranks(SCRIPT, tmp_path, lambda rank: {"OUT": str(tmp_path / "out")})
+@pytest.mark.parametrize("where", ["one host", "two namespaced hosts"])
+def test_a_signal_to_one_rank_stops_both_at_the_same_step(tmp_path, where):
+    def env(rank):
+        return {"OUT": str(tmp_path / "out")}
+
+    if where == "one host":
+        lines = run_two_ranks(SCRIPT, tmp_path, env)
+    else:
+        if not can_make_namespaces():
+            pytest.fail("namespaced hosts need root and iproute2 (CI has both)")
+        with namespace_cluster(2) as cluster:
+            lines = run_two_ranks(SCRIPT, tmp_path, env, hosts=tuple(cluster.hosts),
+                                  master_addr=cluster.addrs[cluster.hosts[0]])
     got = sorted((json.loads(line) for line in lines), key=lambda r: r["rank"])
     assert [r["steps"] for r in got] == [3, 3]
     assert got[0]["stopped"].startswith("stopped at step 3; checkpoint at step 3 in ")

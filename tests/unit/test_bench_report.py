@@ -198,3 +198,16 @@ def test_peak_is_the_faster_matmul_measurement_per_format():
     before = {"bf16_gflops": 152.0, "fp32_gflops": 175.0, "seconds": 3.0}
     after = {"bf16_gflops": 140.0, "fp32_gflops": 260.0}
     assert faster_matmul(before, after) == {"bf16_gflops": 152.0, "fp32_gflops": 260.0}
+
+
+@pytest.mark.parametrize("damaged", ["[]", "{", '{"k": {"unknown": 1}}', '{"k": [1, 2]}'])
+def test_a_damaged_compile_cache_reads_as_empty_and_is_rewritten(tmp_path, damaged):
+    from cpuft.plan import compile_cache
+
+    path = tmp_path / "compile.json"
+    path.write_text(damaged)
+    assert compile_cache.lookup("k", path) is None
+    m = compile_cache.CompileMeasurement(eager_seconds_per_sample=2.0,
+                                         compiled_seconds_per_sample=1.0, compile_seconds=30.0)
+    compile_cache.store("k", m, path)
+    assert compile_cache.lookup("k", path) == m

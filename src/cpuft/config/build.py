@@ -121,14 +121,28 @@ def validate(cfg: TrainConfig) -> None:
         (s.threads >= 0, "--threads must be 0 (one per physical core) or positive"),
         (dist.bucket_cap_mb >= 0, "--bucket-cap-mb must be 0 (by gradient type) or positive"),
         (len(d.text_columns) <= 2, "--text-columns takes one or two columns"),
+        (d.max_train_samples >= 0, "--max-train-samples must be 0 (all) or positive"),
+        (d.max_eval_samples >= 0, "--max-eval-samples must be 0 (all) or positive"),
+        (cfg.model.lora_r >= 0, "--lora-r must be 0 (full fine-tuning) or positive"),
+        (cfg.model.lora_alpha > 0, "--lora-alpha must be positive"),
+        (0 <= cfg.model.lora_dropout < 1, "--lora-dropout must be in [0, 1)"),
     ]
     for ok, message in checks:
         if not ok:
             raise CpuftError(message)
 
 
+RECIPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    # LoRA adapters start at zero and train a few million weights: they take a larger step.
+    "causal-lm": {"lr": 1e-3, "eval_batch_size": 32},
+}
+"""Settings whose default differs by recipe; a config file or a flag still overrides them."""
+
+
 def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> TrainConfig:
-    """Defaults, overridden by the config file, overridden by flags the user gave."""
-    cfg = config_from({**file_values, **flag_values})
+    """Defaults, the recipe's defaults, the config file, then the flags the user gave."""
+    given = {**file_values, **flag_values}
+    recipe = given.get("recipe", settings()["recipe"].default)
+    cfg = config_from({**RECIPE_DEFAULTS.get(recipe, {}), **given})
     validate(cfg)
     return cfg

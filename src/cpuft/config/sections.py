@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Recipe = Literal["classifier"]
+Recipe = Literal["classifier", "causal-lm"]
 Precision = Literal["auto", "bf16", "fp32"]
 CompileMode = Literal["auto", "on", "off"]
 Attention = Literal["auto", "eager", "sdpa"]
@@ -26,9 +26,22 @@ DEFAULT_TASK = "rotten_tomatoes"
 @dataclass(kw_only=True, frozen=True)
 class ModelConfig:
     recipe: Recipe = "classifier"
-    """What to fine-tune the model for: classifier (sequence classification or regression)."""
+    """What to fine-tune the model for: classifier (sequence classification or regression) or
+    causal-lm (a decoder on text, prompt/response pairs or chats)."""
     model: str = ""
-    """Local model folder or hub id (default: all-MiniLM-L6-v2 from PyPI)."""
+    """Local model folder, a .gguf file, or a hub id (default: all-MiniLM-L6-v2 for classifier,
+    SmolLM2-135M-Instruct for causal-lm, both from PyPI)."""
+    lora_r: int = 8
+    """causal-lm: the rank of LoRA adapters; 0 fine-tunes every weight instead."""
+    lora_alpha: int = 16
+    """causal-lm: LoRA's scale numerator (the adapters' update is scaled by alpha / r)."""
+    lora_dropout: float = 0.05
+    """causal-lm: dropout on the LoRA adapters' input."""
+    lora_targets: list[str] = field(default_factory=list)
+    """causal-lm: module names the adapters go on, comma separated (default: the attention and
+    MLP projections)."""
+    merge: bool = False
+    """causal-lm with LoRA: also save the base model with the adapters merged in (merged/)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -52,6 +65,10 @@ class DataConfig:
     """Fraction of the training data held out (seeded) when there is no validation file."""
     max_seq_length: int = 128
     """Truncate inputs to this many tokens."""
+    max_train_samples: int = 0
+    """Train on a seeded subset of this many samples (0: all)."""
+    max_eval_samples: int = 0
+    """Evaluate on seeded subsets of this many samples of each held-out split (0: all)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -131,6 +148,9 @@ class SpeedupConfig:
     """Pin the process to one logical CPU per physical core."""
     allocator: Allocator = "auto"
     """Preloaded allocator: auto (tcmalloc, else jemalloc), tcmalloc, jemalloc, system."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of keeping them: less memory, about a
+    third more compute."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -4,6 +4,7 @@ write summary.json."""
 from __future__ import annotations
 
 import json
+import resource
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,12 @@ def _train(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], N
         dist.barrier()  # rank 0 has checked, cleared or found the output dir
         if not main:
             resume_from = latest_checkpoint(out) if cfg.output.resume else None
+    before = None
+    if run.task.evaluate_before and resume_from is None:
+        # Every rank evaluates, so that none waits in a collective past its timeout meanwhile.
+        if main:
+            say("evaluating the model before training")
+        before = run.task.evaluate(run.task.model, run.plan)
     logger = MetricLogger(_start_run_folder(run, out, resume_from, say) if main else [])
     if main:
         say(_describe(run))
@@ -73,6 +80,8 @@ def _train(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], N
     evals = run.task.evaluate(run.task.model, run.plan)
     run.task.save(run.task.model, out)
     summary = _summary(run, result, speeds, evals, dist, resume_from)
+    if before is not None:
+        summary["before"] = before
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -155,6 +164,7 @@ def _summary(run: Run, result: FitResult, speeds: dict[str, float], evals: dict[
         **{k: v for k, v in described.items() if k not in ("model", "task")},
         "speedups": plan.to_dict(),
         "optimizer_kernel": result.optimizer_kernel,
+        "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "versions": versions(),
         "resumed_from": str(resume_from) if resume_from else None,
     }

@@ -10,7 +10,10 @@ from cpuft.errors import CpuftError
 if TYPE_CHECKING:
     from cpuft.recipes.base import Recipe
 
-RECIPES = {"classifier": "cpuft.recipes.classifier:ClassifierRecipe"}
+RECIPES = {
+    "classifier": "cpuft.recipes.classifier:ClassifierRecipe",
+    "causal-lm": "cpuft.recipes.causal_lm:CausalLmRecipe",
+}
 """Recipe name (``--recipe``) to the class that implements it, imported when chosen."""
 
 

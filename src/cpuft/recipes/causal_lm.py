@@ -1,0 +1,204 @@
+"""Causal-LM fine-tuning of a decoder, in full or with LoRA adapters (peft), on documents,
+prompt/response pairs or chats.
+
+With no data given, the default job asks SmolLM2-135M-Instruct whether Rotten Tomatoes
+snippets are fresh or rotten (``Review: <snippet>\\nVerdict:`` -> `` fresh`` / `` rotten``), on
+the classifier's seeded 80/10/10 split.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from cpuft.config import TrainConfig
+from cpuft.data.batching import TokenBatches
+from cpuft.data.lm import LmCollator, LmRows, encode_lm, read_lm_file
+from cpuft.data.prepare import Encoded
+from cpuft.errors import CpuftError
+from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.recipes.base import Say, Task
+from cpuft.recipes.hf_models import load_causal_lm, resolve_causal_lm
+from cpuft.recipes.lm_eval import MAX_CHOICES, choice_accuracy, lm_loss
+from cpuft.recipes.memory import check_memory
+
+DEFAULT_TASK = "rotten_tomatoes_verdicts"
+SUBSET_SEED = 20211
+DEFAULT_JOB_SAMPLES = (1024, 256)
+"""The default job's seeded subsets (training, each held-out split), unless set: the full set
+would take a 2-core machine over an hour."""
+
+
+def default_rows() -> dict[str, LmRows]:
+    """Rotten Tomatoes snippets as prompt/response pairs, split as the classifier's job."""
+    from cpuft.data import rotten_tomatoes
+
+    splits = rotten_tomatoes.load_splits()
+    return {name: LmRows("prompt_response",
+                         [(f"Review: {row['text']}\nVerdict:", f" {row['category']}")
+                          for row in ds])
+            for name, ds in splits.items()}
+
+
+def _subset(rows: LmRows, limit: int) -> LmRows:
+    if not limit or len(rows.rows) <= limit:
+        return rows
+    picked = sorted(random.Random(SUBSET_SEED).sample(range(len(rows.rows)), limit))
+    return LmRows(rows.kind, [rows.rows[i] for i in picked])
+
+
+def _load_rows(cfg: TrainConfig) -> tuple[str, dict[str, LmRows]]:
+    d = cfg.data
+    if d.task or d.data_dir or d.text_columns:
+        raise CpuftError("--recipe causal-lm reads --train-file (and --validation-file, "
+                         "--test-file), not --task, --data-dir or --text-columns")
+    if not d.train_file:
+        if d.validation_file or d.test_file:
+            raise CpuftError("--validation-file and --test-file need --train-file")
+        return DEFAULT_TASK, default_rows()
+    splits = {"train": read_lm_file(d.train_file)}
+    if d.validation_file:
+        splits["validation"] = read_lm_file(d.validation_file)
+    else:
+        rows = list(splits["train"].rows)
+        random.Random(SUBSET_SEED).shuffle(rows)
+        held = max(1, round(len(rows) * d.validation_split))
+        if len(rows) - held < 1:
+            raise CpuftError(f"{d.train_file}: {len(rows)} record(s) are too few to hold out "
+                             "a validation share and train on the rest")
+        kind = splits["train"].kind
+        splits = {"train": LmRows(kind, rows[held:]), "validation": LmRows(kind, rows[:held])}
+    if d.test_file:
+        splits["test"] = read_lm_file(d.test_file)
+    kinds = {rows.kind for rows in splits.values()}
+    if len(kinds) > 1:
+        raise CpuftError(f"the data files hold different kinds of records ({', '.join(kinds)})")
+    return Path(d.train_file).stem, splits
+
+
+def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
+    """The model with LoRA adapters (only they train), or the model itself for --lora-r 0."""
+    m = cfg.model
+    if m.lora_r == 0:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets: str | list[str] = m.lora_targets or "all-linear"
+    config = LoraConfig(r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+                        target_modules=targets, task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, config)
+    except ValueError as e:
+        raise CpuftError(f"--lora-targets {','.join(m.lora_targets)}: "
+                         f"{str(e).splitlines()[0][:200]}") from None
+
+
+@dataclass(kw_only=True)
+class CausalLmTask(Task):
+    tokenizer: Any
+    encoded: dict[str, Encoded]
+
+
+@dataclass
+class CausalLmRecipe:
+    name: str = "causal-lm"
+
+    def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> CausalLmTask:
+        task_name, splits = _load_rows(cfg)
+        d = cfg.data
+        if task_name == DEFAULT_TASK and not (d.max_train_samples or d.max_eval_samples):
+            d = replace(d, max_train_samples=DEFAULT_JOB_SAMPLES[0],
+                        max_eval_samples=DEFAULT_JOB_SAMPLES[1])
+            cfg = replace(cfg, data=d)
+            if is_main:
+                say(f"the default job trains on a seeded subset of {d.max_train_samples} "
+                    f"reviews and evaluates on {d.max_eval_samples} of each held-out split "
+                    "(--max-train-samples and --max-eval-samples set other sizes)")
+        splits = {name: _subset(rows, d.max_train_samples if name == "train"
+                                else d.max_eval_samples) for name, rows in splits.items()}
+        folder, gguf_file = resolve_causal_lm(cfg.model.model)
+        check_memory(folder, gguf_file, cfg, say if is_main else lambda _line: None)
+        torch.manual_seed(cfg.optimization.seed)
+        model, tokenizer = load_causal_lm(folder, gguf_file)
+        model = apply_lora(model, cfg)
+        if cfg.speedups.gradient_checkpointing:
+            model.gradient_checkpointing_enable()  # type: ignore[operator]
+            if cfg.model.lora_r:
+                model.enable_input_require_grads()  # type: ignore[operator]
+        limit = getattr(model.config, "max_position_embeddings", None)
+        if isinstance(limit, int) and d.max_seq_length > limit:
+            cfg = replace(cfg, data=replace(d, max_seq_length=limit))
+        encoded = {name: encode_lm(rows, tokenizer, cfg.data.max_seq_length)
+                   for name, rows in splits.items()}
+        collator = LmCollator(pad_id=tokenizer.pad_token_id)
+        choices = _choices(splits, tokenizer, cfg.data.max_seq_length)
+        model_name = f"{folder}/{gguf_file}" if gguf_file else folder
+
+        def batches(plan: SpeedPlan, rank: int, world: int) -> TokenBatches:
+            return TokenBatches(encoded["train"], collator, cfg.optimization.batch_size,
+                                cfg.optimization.seed, group_by_length=plan.group_by_length,
+                                rank=rank, world_size=world)
+
+        def evaluate(trained: nn.Module, plan: SpeedPlan) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for split, key in (("validation", "eval"), ("test", "test")):
+                if split not in encoded:
+                    continue
+                scores = lm_loss(trained, encoded[split], collator,
+                                 batch_size=cfg.optimization.eval_batch_size,
+                                 precision=plan.precision)
+                if split in choices:
+                    candidates, references, n = choices[split]
+                    scores["accuracy"] = choice_accuracy(
+                        trained, candidates, references, n, collator,
+                        batch_size=cfg.optimization.eval_batch_size, precision=plan.precision)
+                out[key] = scores
+            return out
+
+        def save(trained: nn.Module, out: Path) -> None:
+            trained.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]
+            tokenizer.save_pretrained(out)
+            if cfg.model.merge and cfg.model.lora_r:
+                merged = trained.merge_and_unload()  # type: ignore[operator]
+                merged.save_pretrained(out / "merged", safe_serialization=True)
+                tokenizer.save_pretrained(out / "merged")
+
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        return CausalLmTask(
+            name=task_name, cfg=cfg, model=model, train_samples=len(encoded["train"]),
+            batches=batches, evaluate=evaluate, save=save, evaluate_before=True,
+            describe=lambda: {"model": model_name, "task": task_name,
+                              "data_kind": splits["train"].kind,
+                              "lora": ({"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha,
+                                        "dropout": cfg.model.lora_dropout,
+                                        "targets": cfg.model.lora_targets or "all-linear"}
+                                       if cfg.model.lora_r else None),
+                              "trainable_parameters": trainable,
+                              "parameters": sum(p.numel() for p in model.parameters())},
+            tokenizer=tokenizer, encoded=encoded,
+        )
+
+
+def _choices(splits: dict[str, LmRows], tokenizer: Any,
+             max_length: int) -> dict[str, tuple[Encoded, list[int], int]]:
+    """For prompt/response data with at most MAX_CHOICES distinct responses: per held-out
+    split, every prompt with every response, the index of each sample's own, and how many."""
+    if splits["train"].kind != "prompt_response":
+        return {}
+    responses = sorted({r for rows in splits.values() for _, r in rows.rows})
+    if len(responses) > MAX_CHOICES:
+        return {}
+    out: dict[str, tuple[Encoded, list[int], int]] = {}
+    for split in ("validation", "test"):
+        if split not in splits:
+            continue
+        rows = splits[split].rows
+        pairs = LmRows("prompt_response", [(p, r) for p, _ in rows for r in responses])
+        out[split] = (encode_lm(pairs, tokenizer, max_length),
+                      [responses.index(r) for _, r in rows], len(responses))
+    return out

@@ -1,0 +1,29 @@
+"""The causal-LM memory estimate, by hand, and its refusal."""
+
+import pytest
+
+from cpuft.config import config_from
+from cpuft.errors import CpuftError
+from cpuft.recipes.memory import check_memory, estimate
+from tests.helpers import make_tiny_llama
+
+
+def test_estimate_by_hand():
+    parts = estimate(params=100, trainable=10, layers=2, hidden=4, vocab=7, batch=3, seq=5,
+                     checkpointing=False)
+    assert parts == {"weights": 400, "gradients": 40, "optimizer": 80,
+                     "activations": 68 * 3 * 5 * 4 * 2 + 3 * 3 * 5 * 7 * 4}
+    kept = estimate(params=100, trainable=10, layers=2, hidden=4, vocab=7, batch=3, seq=5,
+                    checkpointing=True)["activations"]
+    assert kept == 2 * 3 * 5 * 4 * 2 + 3 * 3 * 5 * 7 * 4
+
+
+def test_lora_trains_far_fewer_weights_and_a_run_too_big_is_refused(tmp_path):
+    model = make_tiny_llama(tmp_path / "llama")
+    lines = []
+    full = check_memory(str(model), None, config_from({"lora_r": 0}), lines.append)
+    lora = check_memory(str(model), None, config_from({"lora_r": 2}), lines.append)
+    assert lora["gradients"] < full["gradients"] / 3 and lora["weights"] == full["weights"]
+    assert lines[0].startswith("memory estimate: ")
+    with pytest.raises(CpuftError, match=r"this run needs about .* GiB .* this node has 0.0 GiB"):
+        check_memory(str(model), None, config_from({}), lines.append, available=1000)
