@@ -1,4 +1,4 @@
-"""Interleaved A/B of cpuft's speed options on MiniLM-L6, in one process.
+"""Interleaved A/B of cpuft's speed options on a recipe's default job, in one process.
 
 Each variant is the default job with some settings changed (``cpuft train``'s names). Every batch is
 trained by every variant in turn, so a machine whose speed drifts slows all of them alike; the
@@ -6,6 +6,8 @@ ratios are of total step times over the same batches (after 5 warm-up batches).
 
     python benchmarks/step_ab.py                       # the default variants below
     python benchmarks/step_ab.py --variant fp32:precision=fp32 --batches 40
+    python benchmarks/step_ab.py --base recipe=causal-lm --variant matmul: \\
+        --variant sdpa:attention=sdpa --batches 12 --batch-size 16
 
 Run it with the allocator cpuft would preload (LD_PRELOAD=.../libtcmalloc.so.4). The last line
 of stdout is one JSON document.
@@ -51,8 +53,12 @@ def main() -> None:
     parser.add_argument("--variant", action="append", help="NAME:option=value,...")
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--base", default="", metavar="option=value,...",
+                        help="settings every variant shares, e.g. recipe=causal-lm")
     args = parser.parse_args()
-    variants = dict(parse_variant(v) for v in (args.variant or DEFAULT_VARIANTS))
+    base = parse_variant(f"base:{args.base}")[1]
+    variants = {name: {**base, **overrides} for name, overrides in
+                (parse_variant(v) for v in (args.variant or DEFAULT_VARIANTS))}
 
     topo = read_topology()
     apply_plan(make_plan(config_from({}), topo), pin_cores=True)

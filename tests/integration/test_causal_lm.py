@@ -91,6 +91,7 @@ def test_resume_is_exact(llama, verdicts, tmp_path):
         else:
             path.unlink()
     assert train(llama, verdicts, resumed, "--max-steps", "6", "--resume") == 0
+    assert summary(resumed)["before"] == summary(straight)["before"]  # kept from the start
     a = load_file(straight / "adapter_model.safetensors")
     b = load_file(resumed / "adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -110,6 +111,7 @@ def test_a_run_too_big_for_the_node_is_refused_before_loading(llama, verdicts, t
     ("no assistant", "no assistant turn"),
     ("not a causal lm", "not a causal language model"),
     ("targets match nothing", "--lora-targets nosuch_proj"),
+    ("unknown task", "unknown task 'squad': use rotten_tomatoes_verdicts, rotten_tomatoes_text"),
 ])
 def test_bad_inputs_end_in_one_line(llama, verdicts, tmp_path, capsys, case, message):
     data, model, extra = verdicts, llama, []
@@ -120,6 +122,8 @@ def test_bad_inputs_end_in_one_line(llama, verdicts, tmp_path, capsys, case, mes
                             [{"messages": [{"role": "user", "content": "hi"}]}]), verdicts[1])
     elif case == "not a causal lm":
         model = make_tiny_model(tmp_path / "bert")
+    elif case == "unknown task":
+        extra = ["--task", "squad"]
     else:
         extra = ["--lora-targets", "nosuch_proj"]
     code = train(model, data, tmp_path / "out", "--max-steps", "2", *extra)
@@ -138,3 +142,21 @@ def test_a_gguf_file_loads_dequantized_and_trains(verdicts, tmp_path):
     assert s["model"] == str(gguf_file) and s["steps"] == 3
     assert s["eval"]["loss"] < s["before"]["eval"]["loss"]
     assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_lora_checkpoints_hold_the_adapters_not_the_base(llama, verdicts, tmp_path):
+    out = tmp_path / "lora"
+    assert train(llama, verdicts, out, "--max-steps", "2") == 0
+    state = torch.load(out / "checkpoint-2" / "state.pt", weights_only=True)["model"]
+    assert state and all("lora_" in k for k in state)
+
+
+def test_the_built_in_tasks_are_the_snippets_as_verdicts_and_as_text():
+    from cpuft.recipes.causal_lm import DEFAULT_TASK, TEXT_TASK, builtin_rows
+
+    verdicts, text = builtin_rows(DEFAULT_TASK), builtin_rows(TEXT_TASK)
+    assert set(verdicts) == set(text) == {"train", "validation", "test"}
+    prompt, response = verdicts["test"].rows[0]
+    assert prompt == f"Review: {text['test'].rows[0]}\nVerdict:"
+    assert response in (" fresh", " rotten") and text["test"].kind == "text"
+    assert len(verdicts["train"].rows) == len(text["train"].rows) > 10000

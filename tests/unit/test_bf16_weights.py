@@ -94,3 +94,17 @@ def test_loss_and_gradients_match_autocast_to_bf16_rounding():
             continue
         cosine = torch.nn.functional.cosine_similarity(a.grad.flatten(), got.flatten(), dim=0)
         assert cosine > 0.98, f"{name}: {float(cosine)}"
+
+
+def test_a_frozen_base_is_held_in_bf16_without_masters():
+    torch.manual_seed(0)
+    model = FAMILIES["bert"]()
+    for name, p in model.named_parameters():
+        p.requires_grad_("classifier" in name)  # as LoRA leaves a base: frozen but the head
+    weights = Bf16Weights(model, fused=True)
+    trained = {id(p) for p in model.parameters() if p.requires_grad}
+    assert {id(p) for p in weights.low} == trained and len(weights.masters) == len(trained)
+    assert weights.frozen and all(p.dtype == torch.bfloat16 for p in weights.frozen)
+    backward(model)  # the frozen bf16 weights take bf16 activations
+    weights.restore()
+    assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from cpuft.errors import CpuftError
 
@@ -110,6 +111,27 @@ def _readable(path: Path) -> str:
         # torch's own advice (weights_only=False) would run code from the file: never given.
         return "not a checkpoint cpuft wrote" if "weights_only" in first else first[:160]
     return ""
+
+
+def _frozen_names(model: nn.Module) -> set[str]:
+    return {name for name, p in model.named_parameters(remove_duplicate=False)
+            if not p.requires_grad}
+
+
+def trained_state(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` without the frozen parameters: a LoRA checkpoint holds its adapters (megabytes),
+    not the base model it can load again (hundreds of megabytes)."""
+    frozen = _frozen_names(model)
+    return {k: v for k, v in state.items() if k not in frozen}
+
+
+def load_model_state(model: nn.Module, state: dict[str, Any]) -> None:
+    """Load a checkpoint's model state; only frozen parameters may be missing from it."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    wrong = sorted(set(missing) - _frozen_names(model)) + sorted(unexpected)
+    if wrong:
+        raise CpuftError(f"the checkpoint does not fit this model ({', '.join(wrong[:3])}...): "
+                         "resume with the model and settings it was written with")
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -18,7 +18,12 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from cpuft.dist.group import DistContext
-from cpuft.engine.checkpoint import load_checkpoint, save_checkpoint
+from cpuft.engine.checkpoint import (
+    load_checkpoint,
+    load_model_state,
+    save_checkpoint,
+    trained_state,
+)
 from cpuft.engine.signals import Interrupted, stop_flag
 from cpuft.engine.step import Batch, LossFn, StepStats, TrainStep
 from cpuft.errors import CpuftError
@@ -113,7 +118,7 @@ def fit(
     logger = logger or MetricLogger()
     state = load_checkpoint(config.resume_from) if config.resume_from is not None else None
     if state is not None:
-        model.load_state_dict(state["model"])  # while fp32, so that masters start exact
+        load_model_state(model, state["model"])  # while fp32, so that masters start exact
     weights = (Bf16Weights(model, fused=config.fused_optimizer)
                if config.precision == "bf16" and config.bf16_weights else None)
     try:
@@ -280,8 +285,9 @@ class _Loop:
             return
         self.saved_step = self.step
         weights = self.weights
+        model_state = weights.state_dict() if weights is not None else self.model.state_dict()
         save_checkpoint(config.output_dir, self.step, {
-            "model": weights.state_dict() if weights is not None else self.model.state_dict(),
+            "model": trained_state(self.model, model_state),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": torch.get_rng_state(),

@@ -60,12 +60,7 @@ def _train(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], N
         dist.barrier()  # rank 0 has checked, cleared or found the output dir
         if not main:
             resume_from = latest_checkpoint(out) if cfg.output.resume else None
-    before = None
-    if run.task.evaluate_before and resume_from is None:
-        # Every rank evaluates, so that none waits in a collective past its timeout meanwhile.
-        if main:
-            say("evaluating the model before training")
-        before = run.task.evaluate(run.task.model, run.plan)
+    before = _before(run, out, resume_from, say, main)
     logger = MetricLogger(_start_run_folder(run, out, resume_from, say) if main else [])
     if main:
         say(_describe(run))
@@ -84,6 +79,24 @@ def _train(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], N
         summary["before"] = before
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _before(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], None],
+            main: bool) -> dict[str, Any] | None:
+    """The model's evaluation before training, where the recipe asks for one: taken at the
+    start (kept in before.json), read back on resume."""
+    if not run.task.evaluate_before:
+        return None
+    kept = out / "before.json"
+    if resume_from is not None:
+        return json.loads(kept.read_text()) if main and kept.is_file() else None
+    # Every rank evaluates, so that none waits in a collective past its timeout meanwhile.
+    if main:
+        say("evaluating the model before training")
+    before = run.task.evaluate(run.task.model, run.plan)
+    if main:
+        kept.write_text(json.dumps(before, indent=2) + "\n")
+    return before
 
 
 def _start_run_folder(run: Run, out: Path, resume_from: Path | None,

@@ -28,17 +28,23 @@ from cpuft.recipes.lm_eval import MAX_CHOICES, choice_accuracy, lm_loss
 from cpuft.recipes.memory import check_memory
 
 DEFAULT_TASK = "rotten_tomatoes_verdicts"
+TEXT_TASK = "rotten_tomatoes_text"
+TASKS = (DEFAULT_TASK, TEXT_TASK)
+"""Built-in data (--task): the snippets as verdict questions, or as plain text."""
 SUBSET_SEED = 20211
 DEFAULT_JOB_SAMPLES = (1024, 256)
 """The default job's seeded subsets (training, each held-out split), unless set: the full set
 would take a 2-core machine over an hour."""
 
 
-def default_rows() -> dict[str, LmRows]:
-    """Rotten Tomatoes snippets as prompt/response pairs, split as the classifier's job."""
+def builtin_rows(task: str) -> dict[str, LmRows]:
+    """Rotten Tomatoes snippets, split as the classifier's job: as prompt/response pairs
+    (verdicts), or as plain text (for perplexity)."""
     from cpuft.data import rotten_tomatoes
 
     splits = rotten_tomatoes.load_splits()
+    if task == TEXT_TASK:
+        return {name: LmRows("text", [row["text"] for row in ds]) for name, ds in splits.items()}
     return {name: LmRows("prompt_response",
                          [(f"Review: {row['text']}\nVerdict:", f" {row['category']}")
                           for row in ds])
@@ -54,13 +60,18 @@ def _subset(rows: LmRows, limit: int) -> LmRows:
 
 def _load_rows(cfg: TrainConfig) -> tuple[str, dict[str, LmRows]]:
     d = cfg.data
-    if d.task or d.data_dir or d.text_columns:
+    if d.data_dir or d.text_columns:
         raise CpuftError("--recipe causal-lm reads --train-file (and --validation-file, "
-                         "--test-file), not --task, --data-dir or --text-columns")
+                         "--test-file) or a built-in --task, not --data-dir or --text-columns")
+    if d.task and d.task not in TASKS:
+        raise CpuftError(f"--recipe causal-lm: unknown task {d.task!r}: use {', '.join(TASKS)}, "
+                         "or --train-file")
+    if d.task and d.train_file:
+        raise CpuftError("give either --task or --train-file, not both")
     if not d.train_file:
         if d.validation_file or d.test_file:
             raise CpuftError("--validation-file and --test-file need --train-file")
-        return DEFAULT_TASK, default_rows()
+        return d.task or DEFAULT_TASK, builtin_rows(d.task or DEFAULT_TASK)
     splits = {"train": read_lm_file(d.train_file)}
     if d.validation_file:
         splits["validation"] = read_lm_file(d.validation_file)
@@ -86,8 +97,13 @@ def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
     m = cfg.model
     if m.lora_r == 0:
         return model
+    import warnings
+
     from peft import LoraConfig, get_peft_model
 
+    # peft asks transformers a question transformers 5 renamed; the answer is the same.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*",
+                            category=FutureWarning)
     targets: str | list[str] = m.lora_targets or "all-linear"
     config = LoraConfig(r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
                         target_modules=targets, task_type="CAUSAL_LM")
@@ -111,12 +127,12 @@ class CausalLmRecipe:
     def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> CausalLmTask:
         task_name, splits = _load_rows(cfg)
         d = cfg.data
-        if task_name == DEFAULT_TASK and not (d.max_train_samples or d.max_eval_samples):
+        if task_name in TASKS and not (d.max_train_samples or d.max_eval_samples):
             d = replace(d, max_train_samples=DEFAULT_JOB_SAMPLES[0],
                         max_eval_samples=DEFAULT_JOB_SAMPLES[1])
             cfg = replace(cfg, data=d)
             if is_main:
-                say(f"the default job trains on a seeded subset of {d.max_train_samples} "
+                say(f"{task_name} trains on a seeded subset of {d.max_train_samples} "
                     f"reviews and evaluates on {d.max_eval_samples} of each held-out split "
                     "(--max-train-samples and --max-eval-samples set other sizes)")
         splits = {name: _subset(rows, d.max_train_samples if name == "train"
