@@ -160,3 +160,11 @@ def test_the_built_in_tasks_are_the_snippets_as_verdicts_and_as_text():
     assert prompt == f"Review: {text['test'].rows[0]}\nVerdict:"
     assert response in (" fresh", " rotten") and text["test"].kind == "text"
     assert len(verdicts["train"].rows) == len(text["train"].rows) > 10000
+
+
+def test_resume_refuses_other_adapters(llama, verdicts, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(llama, verdicts, out, "--max-steps", "2", "--save-steps", "1") == 0
+    code = train(llama, verdicts, out, "--max-steps", "4", "--resume", "--lora-r", "4")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--lora-r was 8, now 4" in err

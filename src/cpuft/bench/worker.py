@@ -21,7 +21,7 @@ from cpuft.bench.spec import RunSpec
 from cpuft.bench.steal import read_ticks, steal_fraction
 from cpuft.config import TrainConfig, config_from
 from cpuft.data.batching import Collator, epoch_batches
-from cpuft.data.prepare import Encoded, encode
+from cpuft.data.prepare import Encoded
 from cpuft.engine.fit import fit
 from cpuft.engine.process import apply_plan, loaded_allocator
 from cpuft.engine.step import batch_counts
@@ -192,11 +192,12 @@ def run(spec: RunSpec) -> dict[str, Any]:
         task = recipe(spec).load(run_config(spec), lambda _line: None)
         (precision, reason), step_seconds, step_tokens = train_with_trainer(
             spec, task.model, task.tokenizer, task.encoded["train"])
-    model, tokenizer, data = task.model, task.tokenizer, task.data
-    val_texts, val_labels = data.texts["validation"], data.labels["validation"]
+    model, tokenizer, validation = task.model, task.tokenizer, task.encoded["validation"]
     if spec.eval_samples:
-        val_texts, val_labels = val_texts[: spec.eval_samples], val_labels[: spec.eval_samples]
-    validation = encode(val_texts, val_labels, tokenizer, spec.max_seq_length)
+        n = spec.eval_samples
+        validation = Encoded(validation.input_ids[:n], validation.labels[:n],
+                             None if validation.token_type_ids is None
+                             else validation.token_type_ids[:n])
     steal = steal_fraction(ticks, read_ticks())
     scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
                       batch_size=128, precision=precision, metrics=("accuracy",),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from cpuft.config import TrainConfig, build_config, load_config_file
 from cpuft.config.fields import settings
 from cpuft.config.sections import SECTIONS
 
@@ -41,3 +42,8 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
 def given_flags(args: argparse.Namespace) -> dict[str, Any]:
     names = settings().keys()
     return {k: v for k, v in vars(args).items() if k in names}
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The config these parsed train flags give, over their --config file if any."""
+    return build_config(load_config_file(args.config) if args.config else {}, given_flags(args))

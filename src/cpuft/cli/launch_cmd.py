@@ -31,9 +31,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cpuft.cli.flags import given_flags
+    from cpuft.cli.flags import config_from_args
     from cpuft.cli.main import build_parser
-    from cpuft.config import build_config, load_config_file
     from cpuft.errors import CpuftError
     from cpuft.launch.request import build_launch
     from cpuft.launch.run import run_job
@@ -45,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
         raise CpuftError("give the command to run after --, e.g. `cpuft launch -- train`")
     # The ranks' own settings, checked here once rather than on every rank, decide what the
     # launcher sets up for them (the allocator it preloads).
-    ranks = build_parser().parse_args(command)
-    cfg = build_config(load_config_file(ranks.config) if ranks.config else {},
-                       given_flags(ranks))
+    cfg = config_from_args(build_parser().parse_args(command))
     request = launch_request(args, command[1:], cfg.speedups.allocator)
     return int(run_job(build_launch(request)))

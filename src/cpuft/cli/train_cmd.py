@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from cpuft.cli.flags import add_train_flags, given_flags
+from cpuft.cli.flags import add_train_flags, config_from_args
 from cpuft.cli.launch_flags import (
     add_launch_flags,
     launch_request,
@@ -44,14 +44,13 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from cpuft.config import build_config, load_config_file
     from cpuft.dist.env import rank_info
     from cpuft.launch.reexec import already_reexecuted, reexec
     from cpuft.plan.allocator import allocator_env
     from cpuft.plan.speed_plan import make_plan
     from cpuft.topology import read_topology
 
-    cfg = build_config(load_config_file(args.config) if args.config else {}, given_flags(args))
+    cfg = config_from_args(args)
     me = rank_info(os.environ)
     if wants_launch(args) and not me.distributed:
         from cpuft.launch.request import build_launch

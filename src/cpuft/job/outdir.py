@@ -17,10 +17,11 @@ from cpuft.errors import CpuftError
 from cpuft.paths import check_writable_dir
 
 RUN_MARKER = "cpuft_run.json"
-RESUME_KEEPS = ("model", "task", "data_dir", "train_file", "validation_file", "text_columns",
-                "label_column", "validation_split", "max_seq_length", "batch_size", "grad_accum",
-                "lr", "warmup_ratio", "lr_schedule", "weight_decay", "max_grad_norm", "seed",
-                "group_by_length")
+RESUME_KEEPS = ("recipe", "model", "lora_r", "lora_alpha", "lora_dropout", "lora_targets",
+                "max_train_samples", "task", "data_dir", "train_file", "validation_file",
+                "text_columns", "label_column", "validation_split", "max_seq_length",
+                "batch_size", "grad_accum", "lr", "warmup_ratio", "lr_schedule", "weight_decay",
+                "max_grad_norm", "seed", "group_by_length")
 """Settings a resumed run must share with the run it continues: with any other, its remaining
 steps would see other data or other updates. Steps, epochs, saving, logging and the speed
 options may change."""

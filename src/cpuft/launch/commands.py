@@ -54,7 +54,8 @@ class LaunchConfig:
 
 
 def torchrun_args(cfg: LaunchConfig, node_rank: int) -> list[str]:
-    """The torchrun (``python -m torch.distributed.run``) command of one node's agent."""
+    """The torchrun command of one node's agent (``python -m cpuft.dist.agent``: torchrun with
+    its rendezvous store bound to the rendezvous address)."""
     host = cfg.hosts[node_rank]
     args = [
         cfg.python, "-m", "cpuft.dist.agent",

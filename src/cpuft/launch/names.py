@@ -6,27 +6,19 @@ value such as ``-Fevil`` (an ssh option) or ``1.2.3.4;touch x`` (a shell command
 
 from __future__ import annotations
 
-import ipaddress
 import re
 
 from cpuft.errors import CpuftError
+from cpuft.launch.netinfo import is_ip
 
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text.removeprefix("[").removesuffix("]"))
-    except ValueError:
-        return False
-    return True
-
-
 def check_host(text: str, what: str = "host") -> str:
     """``text`` if it is a host name or an IP address; else one line saying it is not."""
-    if is_address(text) or (len(text) <= 253 and _HOSTNAME.fullmatch(text)):
+    if is_ip(text) or (len(text) <= 253 and _HOSTNAME.fullmatch(text)):
         return text
     raise CpuftError(f"{what} {text!r} is not a host name or an IP address")
 
