@@ -42,7 +42,7 @@ run: setup
 	$(BIN)/cpuft train
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 
 test: setup lint

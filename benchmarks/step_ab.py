@@ -1,8 +1,9 @@
 """Interleaved A/B of cpuft's speed options on a recipe's default job, in one process.
 
 Each variant is the default job with some settings changed (``cpuft train``'s names). Every batch is
-trained by every variant in turn, so a machine whose speed drifts slows all of them alike; the
-ratios are of total step times over the same batches (after 5 warm-up batches).
+trained by every variant in turn, so a machine whose speed drifts slows all of them alike, and
+each batch starts with the next variant in rotation; the ratios are of total step times over
+the same batches (after 5 warm-up batches).
 
     python benchmarks/step_ab.py                       # the default variants below
     python benchmarks/step_ab.py --variant fp32:precision=fp32 --batches 40
@@ -75,8 +76,12 @@ def main() -> None:
     assert source is not None
     batches = [b for _, b in zip(range(args.batches), source.iterate(0), strict=False)]
     seconds = dict.fromkeys(steps, 0.0)
+    names = list(steps)
     for i, batch in enumerate(batches):
-        for name, step in steps.items():
+        # Each batch starts with the next variant: the first step after another model's runs
+        # slower (measured: 5-8% on a 2-core VM), and every variant takes that turn alike.
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            step = steps[name]
             started = time.perf_counter()
             step(batch)
             if i >= WARMUP:

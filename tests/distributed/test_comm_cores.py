@@ -16,7 +16,7 @@ RANK = """
 import json, os
 import torch.distributed as dist
 from cpuft.config import TrainConfig
-from cpuft.dist.group import init_distributed, shutdown
+from cpuft.distributed.group import init_distributed, shutdown
 from cpuft.plan.speed_plan import make_plan
 from cpuft.topology import read_topology
 from cpuft.engine.process import apply_plan

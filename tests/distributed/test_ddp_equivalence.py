@@ -58,7 +58,7 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path, embeddings):
 
 @pytest.mark.multiprocess
 def test_powersgd_sends_low_rank_gradients_after_its_warm_up(tmp_path):
-    from cpuft.dist.powersgd import PowerSGD
+    from cpuft.distributed.powersgd import PowerSGD
 
     start = PowerSGD().start_step
 

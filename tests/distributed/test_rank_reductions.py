@@ -10,7 +10,7 @@ pytestmark = pytest.mark.multiprocess
 
 RANK = """
 import json, os
-from cpuft.dist.group import init_distributed, shutdown
+from cpuft.distributed.group import init_distributed, shutdown
 ctx = init_distributed("gloo", timeout_s=60)
 rank = ctx.info.rank
 out = {"sum": ctx.all_reduce_sum([rank + 1.0, 0.5]),

@@ -18,7 +18,7 @@ import json, os, signal, sys
 from pathlib import Path
 import torch
 from torch import nn
-from cpuft.dist.group import init_distributed, shutdown
+from cpuft.distributed.group import init_distributed, shutdown
 from cpuft.engine.fit import FitConfig, fit
 from cpuft.engine.signals import Interrupted
 

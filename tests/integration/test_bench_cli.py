@@ -46,7 +46,8 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--max-seq-length", "1"], "--max-seq-length must be at least 2"),
     (["--rounds", "0"], "--rounds must be at least 1"),
-    (["--models", "minilm,nosuch"], "'nosuch' is neither minilm, bert-base nor a model folder"),
+    (["--models", "minilm,nosuch"],
+     "'nosuch' is neither minilm, bert-base, smollm2-lora, smollm2-full nor a model folder"),
     (["--scaling", "--rate", "fast"], "--rate 'fast': give a tc rate"),
     (["--scaling", "--global-batch", "0"], "--global-batch must be even and at least 2"),
     (["--scaling", "--global-batch", "8", "--grad-accum", "3"],
@@ -81,3 +82,39 @@ def test_a_report_that_cannot_be_saved_is_still_printed(capsys, tmp_path):
     assert captured.err.startswith("cpuft: could not write the report")
     saved = save_outputs(tmp_path / "ok", {"bench.md": lambda p: p.write_text("x")})
     assert saved == [tmp_path / "ok" / "bench.md"] and finish({}, saved) == 0
+
+
+@pytest.mark.slow
+def test_bench_of_a_decoder_runs_trainer_with_peft_against_cpuft(tmp_path):
+    from tests.helpers import make_tiny_llama
+
+    llama = make_tiny_llama(tmp_path / "llama")
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuft", "bench", "--models", f"lora:{llama},full:{llama}",
+         "--steps", "4", "--batch-size", "4", "--output-dir", str(out)],
+        capture_output=True, text=True, env=cpuft_env(), timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in (f"lora:{llama}", f"full:{llama}"):
+        entry = report["models"][name]
+        configs = entry["configs"]
+        assert set(configs) == {"trainer-best", "cpuft"}  # 2021 had no LoRA
+        # The same batches: the same real tokens in the measured steps.
+        assert configs["trainer-best"]["tokens_per_sample"] == pytest.approx(
+            configs["cpuft"]["tokens_per_sample"])
+        assert entry["speedup_vs_trainer_best"] == pytest.approx(
+            configs["cpuft"]["tokens_per_second"] / configs["trainer-best"]["tokens_per_second"])
+        for c in configs.values():
+            assert c["eval_loss"] > 0 and c["peak_memory_mb"] >= c["train_peak_memory_mb"] > 0
+            assert 0 <= c["accuracy"] <= 1 and 0 < c["mfu"] < 1
+        # The same training: only dropout masks and float rounding differ.
+        assert abs(entry["eval_loss_change_vs_trainer_best"]) < 0.05
+        assert entry["eval_loss_change_vs_trainer_best"] == pytest.approx(
+            configs["cpuft"]["eval_loss"] / configs["trainer-best"]["eval_loss"] - 1)
+        profile = entry["profile"]
+        assert profile["steps"] == 2 and profile["share"]["matmul"] > 0
+        assert sum(profile["share"].values()) == pytest.approx(1.0, abs=0.02)
+    markdown = (out / "bench.md").read_text()
+    assert "eval loss" in markdown and "against trainer-best's after the same steps" in markdown

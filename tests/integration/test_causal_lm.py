@@ -144,6 +144,23 @@ def test_a_gguf_file_loads_dequantized_and_trains(verdicts, tmp_path):
     assert (out / "adapter_model.safetensors").is_file()
 
 
+def test_a_gguf_file_fine_tuned_in_full_saves_a_model_that_loads(verdicts, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from cpuft.recipes.hf_models import load_causal_lm
+    from tests.helpers import write_tiny_gguf
+
+    gguf_file = write_tiny_gguf(tmp_path / "tiny.gguf")
+    out = tmp_path / "full-from-gguf"
+    assert train(gguf_file, verdicts, out, "--max-steps", "2", "--lora-r", "0") == 0
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert getattr(model.config, "quantization_config", None) is None
+    # Loaded for training, the dequantized model is no longer marked quantized (HF Trainer
+    # refuses to train a model marked so, and save_pretrained to save it).
+    loaded, _ = load_causal_lm(str(gguf_file.parent), gguf_file.name)
+    assert not loaded.is_quantized and getattr(loaded, "hf_quantizer", None) is None
+
+
 def test_lora_checkpoints_hold_the_adapters_not_the_base(llama, verdicts, tmp_path):
     out = tmp_path / "lora"
     assert train(llama, verdicts, out, "--max-steps", "2") == 0

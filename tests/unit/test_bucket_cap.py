@@ -2,7 +2,7 @@
 
 import torch
 
-from cpuft.dist.group import bucket_cap_for
+from cpuft.distributed.group import bucket_cap_for
 
 
 def _param(n: int, dtype: torch.dtype, trained: bool = True) -> torch.Tensor:

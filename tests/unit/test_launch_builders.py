@@ -27,7 +27,7 @@ def config(**kw):
 def test_torchrun_for_first_and_second_node():
     cfg = config(host_addr={"n1": "10.0.0.1", "n2": "10.0.0.2"}, max_restarts=2)
     assert torchrun_args(cfg, 1) == [
-        PY, "-m", "cpuft.dist.agent", "--nnodes=2", "--nproc-per-node=2",
+        PY, "-m", "cpuft.distributed.agent", "--nnodes=2", "--nproc-per-node=2",
         "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29400", "--rdzv-id=cpuft",
         "--rdzv-conf=is_host=false", "--max-restarts=2", "--monitor-interval=1",
         "--local-addr=10.0.0.2", "-m", "cpuft", "train", "--max-steps", "5",
@@ -37,7 +37,7 @@ def test_torchrun_for_first_and_second_node():
 
 def test_local_command():
     argv, env = local_command(config(hosts=[Host("localhost")], master_addr="127.0.0.1"))
-    assert argv[:3] == [PY, "-m", "cpuft.dist.agent"] and "--nnodes=1" in argv
+    assert argv[:3] == [PY, "-m", "cpuft.distributed.agent"] and "--nnodes=1" in argv
     assert env == {"OMP_NUM_THREADS": "16", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
     with pytest.raises(CpuftError, match="one host"):
         local_command(config())
@@ -51,7 +51,7 @@ def test_ssh_commands_default_and_netns_shells():
     assert second.argv[:5] == ["ssh", "-o", "BatchMode=yes", "--", "n2"]
     assert len(second.argv) == 6
     assert second.argv[5].startswith(
-        'eval "$(cat)" && cd /work/job && exec /venv/bin/python -m cpuft.dist.agent '
+        'eval "$(cat)" && cd /work/job && exec /venv/bin/python -m cpuft.distributed.agent '
         "--nnodes=2")
     assert second.stdin == ("export GLOO_SOCKET_IFNAME=eth1\nexport MASTER_ADDR=10.0.0.1\n"
                             "export MASTER_PORT=29400\nexport OMP_NUM_THREADS=16\n")
@@ -84,11 +84,11 @@ def test_direct_commands_set_each_rank():
     from cpuft.launch.commands import direct_commands
 
     cfg = config(remote_shell="ip netns exec {host}",
-                 module_args=["-m", "cpuft.dist.allreduce_probe"],
+                 module_args=["-m", "cpuft.distributed.allreduce_probe"],
                  train_args=[])
     first, second = direct_commands(cfg)
     assert "export RANK=1\n" in second.stdin and "export WORLD_SIZE=2\n" in second.stdin
-    assert second.argv[6].endswith("/venv/bin/python -m cpuft.dist.allreduce_probe")
+    assert second.argv[6].endswith("/venv/bin/python -m cpuft.distributed.allreduce_probe")
     assert "export RANK=0\n" in first.stdin
 
 
@@ -128,3 +128,39 @@ def test_bad_launch_numbers_are_refused(tmp_path, flags, message):
 
     with pytest.raises(CpuftError, match=message):
         build_launch(launch_args(tmp_path, **flags), check_network=False)
+
+
+def test_a_users_script_runs_through_the_rank_runner(tmp_path, monkeypatch):
+    from cpuft.launch.program import rank_program
+    from cpuft.launch.request import LaunchRequest, build_launch
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.py").write_text("")
+    for command in (["--", "python", "job.py", "--lr", "3"], ["job.py", "--lr", "3"],
+                    ["--", "/usr/bin/python3", "job.py", "--lr", "3"]):
+        rank = rank_program(command)
+        assert (rank.program, rank.args, rank.is_train) == (
+            ("-m", "cpuft.distributed.script", "job.py"), ("--lr", "3"), False)
+    module = rank_program(["--", "python", "-m", "my.train", "x"])
+    assert module.program == ("-m", "cpuft.distributed.script", "-m", "my.train")
+    train = rank_program(["--", "train", "--max-steps", "5"])
+    assert train.program == ("-m", "cpuft", "train") and train.is_train
+
+    rank = rank_program(["job.py", "--lr", "3"])
+    cfg = build_launch(LaunchRequest(nproc_per_node="2", program=rank.program,
+                                     train_args=list(rank.args)), check_network=False)
+    assert torchrun_args(cfg, 0)[-5:] == ["-m", "cpuft.distributed.script", "job.py", "--lr",
+                                          "3"]
+    argv, _ = mpirun_command(cfg)
+    assert argv[-5:] == ["-m", "cpuft.distributed.script", "job.py", "--lr", "3"]
+
+
+def test_the_agents_failure_lines_name_the_rank_to_the_launcher():
+    from types import SimpleNamespace
+
+    from cpuft.distributed.agent import failure_lines
+    from cpuft.launch.run import FAILED_RANK
+
+    lines = failure_lines({3: SimpleNamespace(local_rank=1, exitcode=2),
+                           2: SimpleNamespace(local_rank=0, exitcode=-9)})
+    assert [FAILED_RANK.match(line).groups() for line in lines] == [("2", "-9"), ("3", "2")]

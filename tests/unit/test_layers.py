@@ -11,11 +11,11 @@ import cpuft
 ROOT = Path(cpuft.__file__).parent
 LAYERS = [
     {"errors", "paths", "topology", "config", "plan", "launch"},  # torch-free
-    {"kernels", "data", "metrics", "dist", "optim", "envlock"},
+    {"kernels", "data", "metrics", "distributed", "optim", "envlock"},
     {"speedups"},
     {"engine"},
     {"recipes"},
-    {"job", "doctor"},
+    {"job", "doctor", "api"},
     {"bench"},
     {"cli", "__main__", "__init__"},
 ]

@@ -1,7 +1,7 @@
 import torch
 
-from cpuft.dist import powersgd
-from cpuft.dist.powersgd import PowerSGD
+from cpuft.distributed import powersgd
+from cpuft.distributed.powersgd import PowerSGD
 
 
 def test_which_gradients_are_compressed():

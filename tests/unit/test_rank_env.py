@@ -1,4 +1,4 @@
-from cpuft.dist.env import RankInfo, rank_info
+from cpuft.distributed.env import RankInfo, rank_info
 
 
 def test_torchrun_openmpi_intelmpi_and_single():

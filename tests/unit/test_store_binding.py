@@ -2,8 +2,8 @@ import datetime
 import socket
 import subprocess
 
-from cpuft.dist.env import RankInfo
-from cpuft.dist.group import _attempt_store
+from cpuft.distributed.env import RankInfo
+from cpuft.distributed.group import _attempt_store
 
 
 def test_rank0_store_listens_on_the_master_address_only(monkeypatch):

@@ -9,7 +9,7 @@ from cpuft.bench.spec import CONFIGS, OPTIONAL_CONFIGS
 from cpuft.bench.steal import STEAL_WARN
 
 COLUMNS = ("model", "configuration", "precision", "samples/s", "tokens/s", "peak MB", "accuracy",
-           "vs stock-2021")
+           "eval loss", "vs stock-2021")
 
 
 def rows(report: dict[str, Any]) -> list[list[str]]:
@@ -24,7 +24,8 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
             ratio = f"{c['tokens_per_second'] / stock:.2f}x" if stock else "-"
             out.append([model, name, c["precision"], f"{c['samples_per_second']:.1f}",
                         f"{c['tokens_per_second']:.0f}", f"{c['peak_memory_mb']:.0f}",
-                        f"{c['accuracy']:.4f}", ratio])
+                        f"{c['accuracy']:.4f}",
+                        f"{c['eval_loss']:.4f}" if "eval_loss" in c else "-", ratio])
     return out
 
 
@@ -36,8 +37,23 @@ def verdicts(report: dict[str, Any]) -> list[str]:
                 ok = "met" if entry[key] >= target else "NOT met"
                 lines.append(f"{model}: cpuft {key.replace('_', ' ')} = {entry[key]:.2f}x "
                              f"(target {target}x: {ok})")
+        if "eval_loss_change_vs_trainer_best" in entry:
+            change, tolerance = entry["eval_loss_change_vs_trainer_best"], \
+                report["eval_loss_tolerance"]
+            ok = "met" if abs(change) <= tolerance else "NOT met"
+            lines.append(f"{model}: cpuft eval loss {change:+.2%} against trainer-best's after the "
+                         f"same steps (target within {tolerance:.0%}: {ok})")
+            memory = entry["peak_memory_vs_trainer_best"]
+            lines.append(f"{model}: cpuft peak memory {memory:.2f}x trainer-best's, "
+                         f"{entry['train_peak_memory_vs_trainer_best']:.2f}x while training "
+                         f"(target at most 1x: {'met' if memory <= 1 else 'NOT met'})")
         if "mfu" in entry:
             lines.append(f"{model}: cpuft model FLOPs utilisation {entry['mfu']:.1%}")
+        if "profile" in entry:
+            share = entry["profile"]["share"]
+            lines.append(f"{model}: cpuft step time: " + ", ".join(
+                f"{name.replace('_', ' ')} {value:.0%}" for name, value in
+                sorted(share.items(), key=lambda kv: -kv[1])))
         for name, c in entry["configs"].items():
             per_round = c.get("rounds_steal_fraction") or [c.get("steal_fraction", 0.0)]
             for i, steal in enumerate(per_round):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cpuft.bench.spec import CONFIGS, OPTIONAL_CONFIGS, RunSpec
+from cpuft.bench.spec import CONFIGS, LM_CONFIGS, LM_LR, OPTIONAL_CONFIGS, RunSpec, lm_model
 from cpuft.bench.workers import run_worker
 from cpuft.errors import CpuftError
 from cpuft.plan import compile_cache
@@ -16,12 +16,19 @@ from cpuft.plan.allocator import preload_env
 from cpuft.topology import read_topology
 
 # (steps, batch size, validation rows scored; 0 = all). bert-base has random weights: its
-# accuracy only shows that all three ways train alike, so fewer rows are scored.
+# accuracy only shows that all three ways train alike, so fewer rows are scored. "lm" is every
+# causal-LM model's.
 SIZES = {
-    "quick": {"minilm": (100, 32, 0), "bert-base": (12, 8, 256)},
-    "full": {"minilm": (321, 32, 0), "bert-base": (40, 8, 0)},
+    "quick": {"minilm": (100, 32, 0), "bert-base": (12, 8, 256), "lm": (20, 16, 128)},
+    "full": {"minilm": (321, 32, 0), "bert-base": (40, 8, 0), "lm": (40, 32, 256)},
 }
+DEFAULT_MODELS = {"quick": ["minilm", "bert-base", "smollm2-lora"],
+                  "full": ["minilm", "bert-base", "smollm2-lora", "smollm2-full"]}
 TARGETS = {"speedup_vs_trainer_best": 1.5, "speedup_vs_stock_2021": 3.0}
+EVAL_LOSS_TOLERANCE = 0.02
+"""A causal LM's eval loss after cpuft's steps may differ from the stock run's by this much
+(relative): the same training, up to float rounding and dropout masks."""
+PROFILE_STEPS = 2
 WORKER_TIMEOUT_S = 3600.0
 
 
@@ -29,7 +36,8 @@ WORKER_TIMEOUT_S = 3600.0
 class BenchOptions:
     """What ``cpuft bench`` runs."""
 
-    models: list[str] = field(default_factory=lambda: ["minilm", "bert-base"])
+    models: list[str] = field(default_factory=list)
+    """Empty: DEFAULT_MODELS for --quick or the full run."""
     configs: list[str] = field(default_factory=lambda: list(CONFIGS))
     quick: bool = False
     steps: int = 0
@@ -47,16 +55,24 @@ def plan_runs(opts: BenchOptions) -> list[RunSpec]:
     unknown = [c for c in opts.configs if c not in known]
     if unknown:
         raise CpuftError(f"unknown configuration {unknown[0]!r}: choose from {', '.join(known)}")
-    sizes = SIZES["quick" if opts.quick else "full"]
+    size = "quick" if opts.quick else "full"
+    sizes = SIZES[size]
     runs = []
-    for model in opts.models:
-        steps, batch, eval_rows = sizes.get(model, sizes["minilm"])
+    for model in opts.models or DEFAULT_MODELS[size]:
+        lm = lm_model(model)
+        steps, batch, eval_rows = sizes["lm"] if lm else sizes.get(model, sizes["minilm"])
         for config in opts.configs:
-            runs.append(RunSpec(
+            if lm and config not in LM_CONFIGS:
+                continue
+            spec = RunSpec(
                 config=config, model=model, steps=opts.steps or steps,
                 batch_size=opts.batch_size or batch, max_seq_length=opts.max_seq_length,
                 eval_samples=eval_rows,
-            ))
+            )
+            if lm:
+                spec = replace(spec, lr=LM_LR[lm[0]],
+                               profile_steps=PROFILE_STEPS if config == "cpuft" else 0)
+            runs.append(spec)
     return runs
 
 
@@ -99,11 +115,18 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         entry["configs"][r["config"]] = {k: r[k] for k in (
             "samples_per_second", "tokens_per_second", "tokens_per_sample", "peak_memory_mb",
             "accuracy", "precision", "allocator", "threads", "train_seconds")}
-        entry["configs"][r["config"]]["precision_reason"] = r.get("precision_reason", "")
-        entry["configs"][r["config"]]["steal_fraction"] = r.get("steal_fraction", 0.0)
+        config = entry["configs"][r["config"]]
+        config["precision_reason"] = r.get("precision_reason", "")
+        config["steal_fraction"] = r.get("steal_fraction", 0.0)
+        for key in ("eval_loss", "eval_perplexity", "train_peak_memory_mb"):
+            if key in r:
+                config[key] = r[key]
+        peak = matmul["bf16_gflops" if r["precision"] == "bf16" else "fp32_gflops"] * 1e9
+        config["mfu"] = r["flops_per_sample"] * r["samples_per_second"] / peak
         if r["config"] == "cpuft":
-            peak = matmul["bf16_gflops" if r["precision"] == "bf16" else "fp32_gflops"] * 1e9
-            entry["mfu"] = r["flops_per_sample"] * r["samples_per_second"] / peak
+            entry["mfu"] = config["mfu"]
+            if r.get("profile"):
+                entry["profile"] = r["profile"]
     for r in results:
         if "rounds_samples_per_second" in r:
             config = report["models"][r["model"]]["configs"][r["config"]]
@@ -127,6 +150,12 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
                 entry[key] = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
                 entry[key.replace("speedup", "accuracy_delta")] = (
                     configs["cpuft"]["accuracy"] - configs[other]["accuracy"])
+        stock = configs.get("trainer-best", {})
+        if "eval_loss" in stock:
+            entry["eval_loss_change_vs_trainer_best"] = (
+                configs["cpuft"]["eval_loss"] / stock["eval_loss"] - 1)
+            for key in ("peak_memory_mb", "train_peak_memory_mb"):
+                entry[key.replace("_mb", "_vs_trainer_best")] = configs["cpuft"][key] / stock[key]
     return report
 
 
@@ -162,9 +191,10 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
             say(f"[{i + 1}/{len(runs)}] {spec.model} {spec.config}: {spec.steps} steps of "
                 f"{spec.batch_size}{turn}")
             r = _run(spec, cpuft_env)
+            loss = f"eval loss {r['eval_loss']:.4f}, " if "eval_loss" in r else ""
             say(f"    {r['samples_per_second']:.1f} samples/s, "
                 f"{r['tokens_per_second']:.0f} tokens/s ({r['tokens_per_sample']:.1f} a sample), "
-                f"accuracy {r['accuracy']:.4f}, "
+                f"accuracy {r['accuracy']:.4f}, {loss}"
                 f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}, "
                 f"steal {r['steal_fraction']:.0%}")
             rounds[i].append(r)
@@ -188,4 +218,5 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
     report = compare(results, matmul)
     report["quick"] = opts.quick
     report["targets"] = TARGETS
+    report["eval_loss_tolerance"] = EVAL_LOSS_TOLERANCE
     return report

@@ -10,6 +10,23 @@ CONFIGS = ("stock-2021", "trainer-best", "cpuft")
 # gains here (the result feeds `cpuft train --compile auto`).
 OPTIONAL_CONFIGS = ("cpuft-compile",)
 MODELS = ("minilm", "bert-base")
+LM_MODELS = {"smollm2-lora": "lora", "smollm2-full": "full"}
+"""Causal-LM models: SmolLM2-135M-Instruct fine-tuned with LoRA or in full, on the default causal
+job's verdicts. ``lora:PATH`` and ``full:PATH`` name another decoder (a folder or a .gguf file)."""
+LM_CONFIGS = ("trainer-best", "cpuft")
+"""2021 had no LoRA: causal-LM models are measured against today's stock way alone."""
+LM_LR = {"lora": 1e-3, "full": 5e-5}
+
+
+def lm_model(model: str) -> tuple[str, str] | None:
+    """('lora' or 'full', the decoder's path, '' for SmolLM2) for a causal-LM model name, or
+    None for a classifier model."""
+    if model in LM_MODELS:
+        return LM_MODELS[model], ""
+    kind, sep, path = model.partition(":")
+    if sep and kind in ("lora", "full") and path:
+        return kind, path
+    return None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -19,7 +36,7 @@ class RunSpec:
     config: str
     model: str
     """'minilm' (the pretrained default model), 'bert-base' (bert-base size, random weights
-    built from a config) or a local model folder."""
+    built from a config) or a local model folder; or a causal-LM model (``LM_MODELS``)."""
     steps: int
     batch_size: int
     max_seq_length: int = 128
@@ -28,6 +45,8 @@ class RunSpec:
     seed: int = 42
     eval_samples: int = 0
     """Validation rows to score (0: all)."""
+    profile_steps: int = 0
+    """Steps to run under torch.profiler after the measured ones (cpuft, causal LMs)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -9,38 +9,35 @@ allocator preloaded for cpuft (or memory held by a previous run) cannot help or 
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import tempfile
-import time
 from typing import Any
 
 import torch
 
-from cpuft.bench.spec import RunSpec
+from cpuft.bench.measure import pace, peak_memory_mb, run_fields
+from cpuft.bench.spec import RunSpec, lm_model
 from cpuft.bench.steal import read_ticks, steal_fraction
+from cpuft.bench.trainer import (
+    same_batches_trainer,
+    seconds_between,
+    step_times,
+    trainer_args,
+    trainer_best_precision,
+)
 from cpuft.config import TrainConfig, config_from
-from cpuft.data.batching import Collator, epoch_batches
+from cpuft.data.batching import Collator
 from cpuft.data.prepare import Encoded
 from cpuft.engine.fit import fit
-from cpuft.engine.process import apply_plan, loaded_allocator
+from cpuft.engine.process import apply_plan
 from cpuft.engine.step import batch_counts
 from cpuft.job.build import build_run
-from cpuft.metrics.pace import steady_seconds, warmup_steps
 from cpuft.plan.probe import matmul_gflops
-from cpuft.plan.resolve import settle_precision
 from cpuft.plan.speed_plan import make_plan
 from cpuft.recipes.classifier import ClassifierRecipe, ClassifierTask
 from cpuft.recipes.classifier_eval import evaluate
 from cpuft.recipes.hf_models import default_model_path, load_tokenizer
 from cpuft.topology import read_topology
-
-
-def trainer_best_precision() -> tuple[str, str]:
-    """bf16 where native and faster: the same measured rule as cpuft's, so that neither side
-    loses by a precision that is slower on this CPU."""
-    plan = settle_precision(make_plan(TrainConfig(), read_topology()), "auto")
-    return str(plan.precision), plan.precision_reason
 
 
 def run_config(spec: RunSpec) -> TrainConfig:
@@ -77,45 +74,11 @@ def flops_per_sample(model: Any, mean_tokens: float) -> float:
     return float(6 * params * mean_tokens + attention)
 
 
-def same_batches_trainer(lengths: list[int], spec: RunSpec) -> Any:
-    """transformers' Trainer taking cpuft's length-grouped batches, in cpuft's order.
-
-    Both samplers group by length in mega-batches of 50 batches, but each orders the epoch its
-    own way, so over part of an epoch their measured steps would hold different samples: in a
-    ``--quick`` run of bert-base size (10 measured steps of 8), trainer-best's held 39.6 tokens
-    a sample against cpuft's 29.4. With the same batches, both configurations do the same work.
-    """
-    from torch.utils.data import DataLoader
-    from transformers import Trainer
-
-    batches = epoch_batches(lengths, spec.batch_size, seed=spec.seed, epoch=0)
-
-    class SameBatches(Trainer):
-        def get_train_dataloader(self) -> Any:
-            loader = DataLoader(self.train_dataset,  # type: ignore[arg-type]
-                                batch_sampler=batches, collate_fn=self.data_collator,
-                                num_workers=0)
-            return self.accelerator.prepare(loader)
-
-    return SameBatches
-
-
 def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
                        train: Encoded) -> tuple[tuple[str, str], list[float], list[int]]:
     """The precision with its reason, and the per-step seconds and real tokens of
     ``spec.steps`` steps with transformers' Trainer, set up as a user would."""
-    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
-
-    class StepTimes(TrainerCallback):
-        def __init__(self) -> None:
-            self.marks: list[float] = []
-
-        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
-            if not self.marks:
-                self.marks.append(time.perf_counter())
-
-        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
-            self.marks.append(time.perf_counter())
+    from transformers import DataCollatorWithPadding, Trainer
 
     stock = spec.config == "stock-2021"
     width = spec.max_seq_length
@@ -129,26 +92,10 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
         rows.append(row)
     precision, reason = ("fp32", "2021's Trainer") if stock else trainer_best_precision()
     with tempfile.TemporaryDirectory() as tmp:
-        args = TrainingArguments(
-            output_dir=tmp,
-            use_cpu=True,
-            bf16=precision == "bf16",
-            # 2021's Trainer: the unfused torch AdamW, random batches padded to max_length.
-            optim="adamw_torch" if stock else "adamw_torch_fused",
-            train_sampling_strategy="random" if stock else "group_by_length",
-            per_device_train_batch_size=spec.batch_size,
-            max_steps=spec.steps,
-            learning_rate=spec.lr,
-            weight_decay=spec.weight_decay,
-            warmup_steps=0,
-            seed=spec.seed,
-            save_strategy="no",
-            logging_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-        )
-        times = StepTimes()
+        args = trainer_args(tmp, precision=precision, stock=stock, batch_size=spec.batch_size,
+                            steps=spec.steps, lr=spec.lr, weight_decay=spec.weight_decay,
+                            seed=spec.seed)
+        times = step_times()
         padder = DataCollatorWithPadding(tokenizer)
         step_tokens: list[int] = []
 
@@ -158,11 +105,12 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
             step_tokens.append(batch_counts(batch)[1])
             return batch
 
-        trainer_class = Trainer if stock else same_batches_trainer(train.lengths, spec)
+        trainer_class = Trainer if stock else same_batches_trainer(train.lengths, spec.batch_size,
+                                                                    spec.seed)
         trainer = trainer_class(model=model, args=args, train_dataset=rows,
                                 data_collator=collate, callbacks=[times])
         trainer.train()
-    step_seconds = [b - a for a, b in zip(times.marks, times.marks[1:], strict=False)]
+    step_seconds = seconds_between(times.marks)
     return (precision, reason), step_seconds, step_tokens
 
 
@@ -184,6 +132,10 @@ def run(spec: RunSpec) -> dict[str, Any]:
         return {"bf16_gflops": matmul_gflops("bf16"), "fp32_gflops": matmul_gflops("fp32"),
                 "threads": torch.get_num_threads()}
     ticks = read_ticks()
+    if lm_model(spec.model):
+        from cpuft.bench.lm import run_lm
+
+        return {**run_lm(spec), "steal_fraction": steal_fraction(ticks, read_ticks())}
     optimizer_kernel = ""
     if spec.config.startswith("cpuft"):
         task, (precision, reason), step_seconds, step_tokens, optimizer_kernel = \
@@ -202,32 +154,16 @@ def run(spec: RunSpec) -> dict[str, Any]:
     scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
                       batch_size=128, precision=precision, metrics=("accuracy",),
                       regression=False)
-    seconds = steady_seconds(step_seconds)
-    measured = slice(warmup_steps(len(step_seconds)), len(step_seconds))
-    measured_steps = measured.stop - measured.start
-    samples = measured_steps * spec.batch_size
+    speed = pace(step_seconds, step_tokens, spec.batch_size)
     # stock-2021's random batches hold other samples than cpuft's, so the work is counted in
     # tokens that are not padding; trainer-best's batches are cpuft's.
-    tokens = sum(step_tokens[measured])
     return {
-        "config": spec.config,
-        "model": spec.model,
-        "precision": precision,
-        "precision_reason": reason,
-        "optimizer_kernel": optimizer_kernel,
-        "allocator": loaded_allocator(),
-        "threads": torch.get_num_threads(),
-        "train_seconds": seconds,
-        "measured_steps": measured_steps,
-        "samples_per_second": samples / seconds,
-        "tokens_per_second": tokens / seconds,
-        "tokens_per_sample": tokens / samples,
-        "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **run_fields(spec, precision, reason, optimizer_kernel),
+        **speed,
+        "peak_memory_mb": peak_memory_mb(),
         "accuracy": scores["accuracy"],
-        "flops_per_sample": flops_per_sample(model, tokens / samples),
-        "step_seconds": step_seconds,
+        "flops_per_sample": flops_per_sample(model, speed["tokens_per_sample"]),
         "steal_fraction": steal,
-        "torch": torch.__version__,
     }
 
 

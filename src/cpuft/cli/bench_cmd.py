@@ -17,6 +17,9 @@ the other, each in a fresh process:
   trainer-best  Trainer with use_cpu, bf16 (where native), adamw_torch_fused, group_by_length,
                 on cpuft's length-grouped batches (the same samples in the same steps)
   cpuft         cpuft's speed-ups
+Causal-LM models (smollm2-lora, smollm2-full) run trainer-best (with PEFT for LoRA) and cpuft
+on the default causal job's verdicts, and report the validation loss after the same steps and
+where cpuft's step time goes (torch.profiler).
 Reports samples/s, tokens/s, peak memory and validation accuracy of each, the machine's matmul
 FLOP/s and cpuft's model FLOPs utilisation. Speed-ups are ratios of tokens/s (tokens that are
 not padding), which stock-2021's random batches hold in other numbers. Writes bench.md,
@@ -29,8 +32,11 @@ def register(sub: Any) -> None:
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer steps (about 5-10 minutes)")
-    p.add_argument("--models", default="minilm,bert-base",
-                   help="comma-separated: minilm, bert-base (random weights) or model folders")
+    p.add_argument("--models", default="",
+                   help="comma-separated: minilm, bert-base (random weights), smollm2-lora, "
+                        "smollm2-full, classifier model folders, or lora:PATH / full:PATH for a "
+                        "decoder (folder or .gguf) (default: minilm, bert-base and smollm2-lora; "
+                        "smollm2-full too without --quick)")
     p.add_argument("--configs", default="stock-2021,trainer-best,cpuft",
                    help="comma-separated subset of the three configurations")
     p.add_argument("--steps", type=int, default=0, help="steps per run (default: by model)")
@@ -131,19 +137,25 @@ RATE = re.compile(r"\d+(\.\d+)?([kmgt]?(bit|bps))")
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse what cannot run before anything starts (the runs take minutes)."""
-    from cpuft.bench.spec import MODELS
+    from cpuft.bench.spec import LM_MODELS, MODELS, lm_model
     from cpuft.cli.output import check_writable_dir
     from cpuft.errors import CpuftError
-    from cpuft.recipes.hf_models import folder_sequence_limit
+    from cpuft.recipes.hf_models import folder_sequence_limit, resolve_causal_lm
 
     if args.steps < 0 or args.batch_size < 0:
         raise CpuftError("--steps and --batch-size must be positive")
     if args.max_seq_length < 2:
         raise CpuftError("--max-seq-length must be at least 2")
     for model in filter(None, (m.strip() for m in args.models.split(","))):
+        lm = lm_model(model)
+        if lm:
+            if args.scaling:
+                raise CpuftError(f"--scaling measures classifiers: {model} is a causal LM")
+            resolve_causal_lm(lm[1])  # the decoder is there (SmolLM2 installed, a path found)
+            continue
         if model not in MODELS and not Path(model).is_dir():
-            raise CpuftError(f"--models: {model!r} is neither {', '.join(MODELS)} nor a model "
-                             "folder")
+            raise CpuftError(f"--models: {model!r} is neither {', '.join(MODELS)}, "
+                             f"{', '.join(LM_MODELS)} nor a model folder")
         limit = folder_sequence_limit(model) if model not in MODELS else None
         if limit is not None and args.max_seq_length > limit:
             # stock-2021 pads every row to --max-seq-length: the run would fail in the model

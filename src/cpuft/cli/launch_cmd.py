@@ -1,4 +1,5 @@
-"""``cpuft launch``: run ``cpuft train`` on N processes on N hosts, on torch.distributed."""
+"""``cpuft launch``: run ``cpuft train``, or any training script, on N processes on N hosts,
+on torch.distributed."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ from typing import Any
 from cpuft.cli.launch_flags import add_launch_flags, launch_request
 
 DESCRIPTION = """\
-Run a cpuft command on several processes and hosts:
+Run cpuft train, or a training script of your own, on several processes and hosts:
 
   cpuft launch --nproc-per-node 2 -- train --max-steps 100
   cpuft launch --hostfile hosts -- train --task mrpc --data-dir glue/MRPC
   cpuft launch --hostfile hosts --launcher mpirun -- train
+  cpuft launch --nproc-per-node 2 -- python my_train.py --epochs 3
+  cpuft launch --hostfile hosts my_train.py
+
+A script's ranks get what cpuft train's get (pinned cores and threads, the preloaded allocator,
+the OpenMP settings, the network interface, the rendezvous) and join the job with
+cpuft.distributed.init(), cpuft.fit or torch.distributed.init_process_group(). "python" names
+the interpreter cpuft runs under.
 
 local and ssh start one torchrun agent per host (c10d rendezvous on the first host); mpirun
 starts every rank with Open MPI or Intel MPI. Each rank pins itself to its share of the host's
@@ -26,24 +34,24 @@ def register(sub: Any) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_launch_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="-- train [ARGS...]: the cpuft command each rank runs")
+                   help="-- train [ARGS...], -- python SCRIPT.py [ARGS...] or SCRIPT.py "
+                        "[ARGS...]: what each rank runs")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from cpuft.cli.flags import config_from_args
     from cpuft.cli.main import build_parser
-    from cpuft.errors import CpuftError
+    from cpuft.launch.program import rank_program
     from cpuft.launch.request import build_launch
     from cpuft.launch.run import run_job
 
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if command[:1] != ["train"]:
-        raise CpuftError("give the command to run after --, e.g. `cpuft launch -- train`")
+    rank = rank_program(list(args.command))
+    if not rank.is_train:
+        request = launch_request(args, list(rank.args), "auto", program=rank.program)
+        return int(run_job(build_launch(request)))
     # The ranks' own settings, checked here once rather than on every rank, decide what the
     # launcher sets up for them (the allocator it preloads).
-    cfg = config_from_args(build_parser().parse_args(command))
-    request = launch_request(args, command[1:], cfg.speedups.allocator)
+    cfg = config_from_args(build_parser().parse_args(["train", *rank.args]))
+    request = launch_request(args, list(rank.args), cfg.speedups.allocator)
     return int(run_job(build_launch(request)))

@@ -51,12 +51,14 @@ def strip_launch_flags(argv: list[str]) -> list[str]:
     return out
 
 
-def launch_request(args: argparse.Namespace, train_args: list[str],
-                   allocator: str) -> LaunchRequest:
-    """The request these flags make, for ranks that run ``train_args`` with ``allocator``."""
+def launch_request(args: argparse.Namespace, train_args: list[str], allocator: str,
+                   program: tuple[str, ...] = ("-m", "cpuft", "train")) -> LaunchRequest:
+    """The request these flags make, for ranks that run ``program`` with ``train_args``, with
+    ``allocator``."""
     return LaunchRequest(
         nproc_per_node=args.nproc_per_node, hostfile=args.hostfile, launcher=args.launcher,
         master_addr=args.master_addr, master_port=args.master_port,
         max_restarts=args.max_restarts, remote_shell=args.remote_shell, mpi=args.mpi,
         comm_cores=args.comm_cores, allocator=allocator, train_args=train_args,
+        program=program,
     )

@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from cpuft.dist.env import rank_info
+    from cpuft.distributed.env import rank_info
     from cpuft.launch.reexec import already_reexecuted, reexec
     from cpuft.plan.allocator import allocator_env
     from cpuft.plan.speed_plan import make_plan
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"cpuft: could not restart with {plan.allocator} preloaded ({failed}): running "
               "with the system allocator", file=sys.stderr)
 
-    from cpuft.dist.group import init_distributed, shutdown
+    from cpuft.distributed.group import init_distributed, shutdown
     from cpuft.engine.process import apply_plan
     from cpuft.job.train import run_train
 

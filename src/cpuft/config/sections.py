@@ -139,6 +139,12 @@ class SpeedupConfig:
     first_token_layer: bool = True
     """For classifiers that read only the first token (BERT family), compute the last layer for
     that token alone; the loss and gradients are unchanged."""
+    counted_logits: bool = True
+    """For causal LMs, project onto the vocabulary only the positions whose next token counts
+    in the loss (a response's, not its prompt's); the loss and gradients are unchanged."""
+    channels_last: bool = True
+    """For convolutional networks, the channels-last memory format where a measurement finds it
+    faster."""
     bf16_weights: bool = True
     """With bf16: hold the weights (not the embeddings) in bf16 while training, with fp32
     masters in the optimizer, instead of fp32 weights cast at every use."""

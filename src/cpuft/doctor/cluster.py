@@ -43,7 +43,7 @@ def _isa(cfg: LaunchConfig, host: str) -> Isa:
 def _allreduce(cfg: LaunchConfig) -> dict[str, Any] | None:
     # Started directly, one rank per host: rank 0 hosts the store, bound to the master address.
     cfg.launcher = "direct"
-    cfg.module_args = ["-m", "cpuft.dist.allreduce_probe"]
+    cfg.module_args = ["-m", "cpuft.distributed.allreduce_probe"]
     cfg.train_args = []
     cfg.nproc_per_node = 1
     lines: list[str] = []

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from cpuft.dist.group import DistContext
+from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import (
     load_checkpoint,
     load_model_state,
@@ -69,7 +69,7 @@ class FitConfig:
     resume_from: Path | None = None
     bucket_cap_mb: float = 0.0
     """DDP gradient bucket size in MB (distributed runs); 0 chooses by gradient type
-    (cpuft.dist.group.bucket_cap_for)."""
+    (cpuft.distributed.group.bucket_cap_for)."""
     grad_compression: str = "none"
     """'none', 'bf16' (gradients sent as bf16) or 'powersgd' (distributed runs)."""
     grad_sync: bool = True
@@ -152,7 +152,7 @@ class _Loop:
         self.scheduler = _scheduler(self.optimizer, config)
         forward_model: nn.Module = model
         if dist is not None:
-            from cpuft.dist.group import wrap_model
+            from cpuft.distributed.group import wrap_model
 
             forward_model = wrap_model(model, dist, bucket_cap_mb=config.bucket_cap_mb,
                                        grad_compression=config.grad_compression,

@@ -8,7 +8,7 @@ from importlib import metadata
 
 import torch
 
-from cpuft.dist.env import rank_info
+from cpuft.distributed.env import rank_info
 from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.topology.placement import COMM_CORES_ENV, RANK_CORES_ENV, cores_for_local_rank
 

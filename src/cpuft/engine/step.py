@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from cpuft.dist.group import DistContext
+from cpuft.distributed.group import DistContext
 from cpuft.errors import CpuftError
 from cpuft.optim import AdamW, build_optimizer, clip_step
 from cpuft.speedups.bf16_weights import Bf16Weights

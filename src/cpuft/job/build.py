@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpuft.config import TrainConfig
-from cpuft.dist.group import DistContext
+from cpuft.distributed.group import DistContext
 from cpuft.engine.fit import BatchSource, FitConfig
 from cpuft.engine.step import TrainStep
 from cpuft.errors import CpuftError

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cpuft.config import TrainConfig, to_flat
-from cpuft.dist.group import DistContext
+from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.engine.fit import FitResult, fit
 from cpuft.engine.process import versions

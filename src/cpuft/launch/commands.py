@@ -54,11 +54,11 @@ class LaunchConfig:
 
 
 def torchrun_args(cfg: LaunchConfig, node_rank: int) -> list[str]:
-    """The torchrun command of one node's agent (``python -m cpuft.dist.agent``: torchrun with
-    its rendezvous store bound to the rendezvous address)."""
+    """The torchrun command of one node's agent (``python -m cpuft.distributed.agent``: torchrun
+    with its rendezvous store bound to the rendezvous address)."""
     host = cfg.hosts[node_rank]
     args = [
-        cfg.python, "-m", "cpuft.dist.agent",
+        cfg.python, "-m", "cpuft.distributed.agent",
         f"--nnodes={len(cfg.hosts)}",
         f"--nproc-per-node={cfg.nproc_per_node}",
         "--rdzv-backend=c10d",

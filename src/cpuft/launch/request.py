@@ -38,6 +38,9 @@ class LaunchRequest:
     allocator: str = "auto"
     """The ranks' own ``--allocator``: which allocator each rank is started with."""
     train_args: list[str] = field(default_factory=list)
+    """The arguments after ``program``."""
+    program: tuple[str, ...] = ("-m", "cpuft", "train")
+    """What each rank runs after the interpreter (cpuft.launch.program)."""
 
 
 def _port_free(port: int) -> bool:
@@ -89,7 +92,8 @@ def build_launch(req: LaunchRequest, check_network: bool = True) -> LaunchConfig
         master_addr=req.master_addr or "127.0.0.1", master_port=req.master_port,
         max_restarts=req.max_restarts,
         remote_shell=req.remote_shell or DEFAULT_REMOTE_SHELL, mpi=req.mpi,
-        workdir=os.getcwd(), python=sys.executable, train_args=list(req.train_args), env=env,
+        workdir=os.getcwd(), python=sys.executable, module_args=list(req.program),
+        train_args=list(req.train_args), env=env,
         run_as_root=os.geteuid() == 0, rdzv_id=job,
     )
     if not check_network:

@@ -94,8 +94,9 @@ class _Proc:
 
 _RANK_PREFIX = re.compile(r"^\[[^\]\s]+:\d+\] ")
 # torchrun's failure report: "rank      : 1 (local_rank: 0)" then "exitcode  : -9 (pid: 123)"
-_REPORT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
-_REPORT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+# What cpuft.distributed.agent prints for each rank that failed (agent.failure_lines).
+FAILED_RANK = re.compile(r"^cpuft agent: rank (\d+) \(local rank \d+\) failed with exit code "
+                         r"(-?\d+)")
 
 
 @dataclass(slots=True)
@@ -114,7 +115,6 @@ class Failure:
 
 def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failure],
             capture: list[str] | None, stopping: threading.Event) -> None:
-    rank: int | None = None
     for line in pipe:  # type: ignore[attr-defined]
         if capture is not None:
             capture.append(line)
@@ -124,11 +124,8 @@ def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failur
             # handler; the ranks' lines and the launcher's last line say what happened.
             continue
         text = line if from_rank else f"[{host}] {line}"
-        if m := _REPORT_RANK.match(line):
-            rank = int(m.group(1))
-        elif (m := _REPORT_EXIT.match(line)) and rank is not None:
-            failures.append(Failure(host=host, rank=rank, exitcode=int(m.group(1))))
-            rank = None
+        if m := FAILED_RANK.match(line):
+            failures.append(Failure(host=host, rank=int(m.group(1)), exitcode=int(m.group(2))))
         with lock:
             sys.stdout.write(text)
             sys.stdout.flush()
@@ -226,7 +223,7 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
         return 128 + stopped_by[0]
     # A rank killed by a signal is the cause; ranks that lost their peer only followed it.
     # SIGTERM is how agents stop the surviving ranks, so it is the least likely cause.
-    cause = min(failures, key=lambda f: (f.exitcode >= 0, f.exitcode == -signal.SIGTERM, f.rank),
+    cause = min(failures, key=lambda f: (f.exitcode == -signal.SIGTERM, f.exitcode >= 0, f.rank),
                 default=None)
     where = cause.describe() if cause else f"host {failed[0]} failed (exit code {failed[1]})"
     print(f"cpuft: {where}; every process of the job was stopped", file=sys.stderr)

@@ -45,6 +45,7 @@ class SpeedPlan:
     allocator_path: str = ""
     allocator_reason: str = ""
     fused_optimizer: bool = True
+    fused_optimizer_reason: str = ""
     dynamic_padding: bool = True
     group_by_length: bool = True
     compile: str | None = "off"
@@ -61,6 +62,12 @@ class SpeedPlan:
     first_token_layer: bool = True
     """The last layer computed for the first token only (cpuft.speedups.first_token)."""
     first_token_layer_reason: str = ""
+    counted_logits: bool = True
+    """A causal LM's head computed at counted positions only (cpuft.speedups.counted_logits)."""
+    counted_logits_reason: str = ""
+    channels_last: bool = True
+    """Convolutional networks in the channels-last memory format (cpuft.api.layout)."""
+    channels_last_reason: str = ""
     bf16_weights: bool = True
     """With bf16: weights held in bf16, fp32 masters in the optimizer (speedups.bf16_weights)."""
     bf16_weights_reason: str = ""
@@ -111,6 +118,7 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         allocator_path=allocator_path,
         allocator_reason=allocator_reason,
         fused_optimizer=s.fused_optimizer,
+        fused_optimizer_reason="on by default" if s.fused_optimizer else "requested",
         dynamic_padding=s.dynamic_padding,
         group_by_length=s.group_by_length,
         compile=compile_mode,
@@ -122,6 +130,10 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         sparse_embeddings_reason="on by default" if s.sparse_embeddings else "requested",
         first_token_layer=s.first_token_layer,
         first_token_layer_reason="on by default" if s.first_token_layer else "requested",
+        counted_logits=s.counted_logits,
+        counted_logits_reason="on by default" if s.counted_logits else "requested",
+        channels_last=s.channels_last,
+        channels_last_reason="where it measures faster" if s.channels_last else "requested",
         bf16_weights=bf16_weights,
         bf16_weights_reason=bf16_weights_reason,
     )

@@ -51,7 +51,7 @@ def builtin_rows(task: str) -> dict[str, LmRows]:
             for name, ds in splits.items()}
 
 
-def _subset(rows: LmRows, limit: int) -> LmRows:
+def seeded_subset(rows: LmRows, limit: int) -> LmRows:
     if not limit or len(rows.rows) <= limit:
         return rows
     picked = sorted(random.Random(SUBSET_SEED).sample(range(len(rows.rows)), limit))
@@ -118,6 +118,10 @@ def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
 class CausalLmTask(Task):
     tokenizer: Any
     encoded: dict[str, Encoded]
+    choices: dict[str, tuple[Encoded, list[int], int]]
+    """Per held-out split, where accuracy is scored: every prompt with each of the data set's
+    responses, the index of each sample's own, and how many responses there are."""
+    collator: LmCollator
 
 
 @dataclass
@@ -135,7 +139,7 @@ class CausalLmRecipe:
                 say(f"{task_name} trains on a seeded subset of {d.max_train_samples} "
                     f"reviews and evaluates on {d.max_eval_samples} of each held-out split "
                     "(--max-train-samples and --max-eval-samples set other sizes)")
-        splits = {name: _subset(rows, d.max_train_samples if name == "train"
+        splits = {name: seeded_subset(rows, d.max_train_samples if name == "train"
                                 else d.max_eval_samples) for name, rows in splits.items()}
         folder, gguf_file = resolve_causal_lm(cfg.model.model)
         check_memory(folder, gguf_file, cfg, say if is_main else lambda _line: None)
@@ -196,7 +200,7 @@ class CausalLmRecipe:
                                        if cfg.model.lora_r else None),
                               "trainable_parameters": trainable,
                               "parameters": sum(p.numel() for p in model.parameters())},
-            tokenizer=tokenizer, encoded=encoded,
+            tokenizer=tokenizer, encoded=encoded, choices=choices, collator=collator,
         )
 
 

@@ -210,4 +210,15 @@ def load_causal_lm(folder: str, gguf_file: str | None) -> tuple[Any, Any]:
         raise CpuftError(f"--model {where}: the tokenizer has no end-of-text token")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if gguf_file:
+        _forget_gguf_quantizer(model)
     return model, tokenizer
+
+
+def _forget_gguf_quantizer(model: Any) -> None:
+    """A GGUF file's weights load dequantized, yet transformers keeps marking the model as
+    quantized: Trainer then refuses to train it and ``save_pretrained`` to save it (a full
+    fine-tune would end without its model). The weights are plain tensors: drop the marks."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)

@@ -77,6 +77,10 @@ class Bf16Weights:
                        if id(p) in self._master_of}
         self._hooks = [m.register_forward_hook(_to_bf16) for m in embeddings]
 
+    def master_names(self) -> dict[str, torch.Tensor]:
+        """The masters by their parameters' names in the model."""
+        return dict(self._names)
+
     def master(self, p: torch.Tensor) -> torch.Tensor:
         """The tensor the optimizer updates for ``p``: its master, or ``p`` itself if kept fp32."""
         return self._master_of.get(id(p), p)

@@ -2,7 +2,7 @@
 
 A pure planner (no torch, no processes): ``plan_node(topology, nproc, ...)`` gives one
 RankPlacement per local rank. Each rank pins itself at start from ``CPUFT_RANK_CORES``, and
-starts its communication threads on its ``CPUFT_COMM_CORES`` (see cpuft.dist.group).
+starts its communication threads on its ``CPUFT_COMM_CORES`` (see cpuft.distributed.group).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 # (rank, world size, local rank) variables of each launcher, in order of preference.
 LAUNCHER_VARS = (

@@ -12,7 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from cpuft.dist.group import init_distributed, shutdown
+from cpuft.distributed.group import init_distributed, shutdown
 
 SIZES = (4 * 1024, 256 * 1024, 4 * 1024 * 1024, 32 * 1024 * 1024)  # bytes
 REPEATS = 5

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cpuft.dist.env import RankInfo, rank_info
-from cpuft.dist.powersgd import PowerSGD
+from cpuft.distributed.env import RankInfo, rank_info
+from cpuft.distributed.powersgd import PowerSGD
 from cpuft.errors import CpuftError
 
 
@@ -215,7 +215,7 @@ def bucket_cap_for(params: Sequence[torch.Tensor], requested: float = 0.0) -> fl
 def wrap_model(model: nn.Module, ctx: DistContext, *, bucket_cap_mb: float,
                grad_compression: str, grad_sync: bool = True) -> nn.Module:
     """DDP with a hook that times communication and, with 'bf16', halves what is sent, or with
-    'powersgd' sends low-rank factors of each gradient matrix (cpuft.dist.powersgd).
+    'powersgd' sends low-rank factors of each gradient matrix (cpuft.distributed.powersgd).
 
     ``grad_sync=False`` sends nothing after the start (torch's noop_hook, no buffer broadcasts,
     no sparse rows): the ranks train apart, at the speed they would reach if communication

@@ -2,14 +2,15 @@
 
 torch's TCPStore server listens on every interface of the host it runs on, whatever address it
 is given: a one-host job's store was reachable from the whole network. Run in its place
-(``python -m cpuft.dist.agent`` takes torchrun's arguments), this binds the listening socket to
-the rendezvous endpoint's address first and hands it to the store: 127.0.0.1 for a one-host
-job, the address that faces the cluster for a multi-host one.
+(``python -m cpuft.distributed.agent`` takes torchrun's arguments), this binds the listening
+socket to the rendezvous endpoint's address first and hands it to the store: 127.0.0.1 for a
+one-host job, the address that faces the cluster for a multi-host one.
 """
 
 from __future__ import annotations
 
 import socket
+import sys
 from typing import Any
 
 
@@ -38,11 +39,22 @@ def _patch_store_servers() -> None:
     dynamic_rendezvous.DynamicRendezvousHandler._create_tcp_store_server = server  # type: ignore[method-assign]
 
 
+def failure_lines(failures: dict[int, Any]) -> list[str]:
+    """One line per failed rank, which cpuft.launch.run reads (``FAILED_RANK``)."""
+    return [f"cpuft agent: rank {rank} (local rank {f.local_rank}) failed with exit code "
+            f"{f.exitcode}" for rank, f in sorted(failures.items())]
+
+
 def main() -> None:
     _patch_store_servers()
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
-    torchrun()
+    try:
+        torchrun()
+    except ChildFailedError as e:  # the rank's own output said why: no agent traceback
+        print("\n".join(failure_lines(e.failures)), flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

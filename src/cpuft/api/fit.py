@@ -1,0 +1,198 @@
+"""``cpuft.fit(model, data, ...)``: train any module on any iterable of batches, with cpuft's
+speed-ups, checkpoints, exact resume, metrics, progress, SIGTERM handling and, under
+``cpuft launch``, DDP.
+
+The keywords are ``cpuft train``'s settings (``max_steps``, ``lr``, ``output_dir``,
+``save_steps``, ``resume``, ``precision``...), checked as the command line checks them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from cpuft.config import TrainConfig, config_from
+from cpuft.config.fields import settings
+from cpuft.engine.checkpoint import latest_checkpoint
+from cpuft.engine.fit import FitConfig, FitResult
+from cpuft.engine.fit import fit as engine_fit
+from cpuft.engine.process import apply_plan
+from cpuft.engine.step import Batch, LossFn
+from cpuft.errors import CpuftError
+from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
+from cpuft.plan.resolve import settle_precision
+from cpuft.plan.speed_plan import SpeedPlan, make_plan
+from cpuft.speedups.apply import apply_speedups
+from cpuft.topology import read_topology
+
+OWN_LOOP_OFF = {"sparse_embeddings": "off in cpuft.fit: for recipes' embeddings only",
+                "counted_logits": "off in cpuft.fit: the loss is the model's or loss_fn's"}
+
+
+@dataclass
+class IterableBatches:
+    """Any iterable of batches as ``fit``'s batch source.
+
+    A source that can seek (``iterate(epoch, start)``) resumes where it stopped. A DataLoader
+    gets each epoch's shuffle and worker seeds from the run's seed and the epoch, so that a
+    resumed epoch repeats its order; its batches already trained are then skipped by drawing
+    them, which ``say`` reports. Under many ranks, a DataLoader with a DistributedSampler is
+    already this rank's share; any other data is dealt out batch by batch, rank r taking
+    batches r, r + world, ...
+    """
+
+    data: Iterable[Any]
+    seed: int
+    max_batches: int
+    """Batches an epoch gives when the data has no length."""
+    rank: int = 0
+    world_size: int = 1
+    say: Callable[[str], None] = print
+    _dealt: bool = field(init=False, default=True)
+
+    def __post_init__(self) -> None:
+        sampler = getattr(self.data, "sampler", None)
+        self._dealt = self.world_size > 1 and not isinstance(
+            sampler, torch.utils.data.distributed.DistributedSampler)
+
+    def _length(self) -> int | None:
+        try:
+            return len(self.data)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+
+    def num_batches(self, epoch: int) -> int:
+        total = self._length()
+        if total is None:
+            return self.max_batches
+        return total // self.world_size if self._dealt else total
+
+    def _start_epoch(self, epoch: int) -> None:
+        sampler: Any = getattr(self.data, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        seed = self.seed * 100_003 + epoch
+        if isinstance(sampler, torch.utils.data.RandomSampler):
+            sampler.generator = torch.Generator().manual_seed(seed)
+        if isinstance(self.data, torch.utils.data.DataLoader):
+            # Its iterator draws the workers' base seed from this, not from torch's global
+            # generator, whose stream (dropout) a resumed run restores exactly.
+            self.data.generator = torch.Generator().manual_seed(seed + 1)
+
+    def iterate(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+        seek = getattr(self.data, "iterate", None)
+        if callable(seek) and not self._dealt:
+            yield from seek(epoch, start)
+            return
+        self._start_epoch(epoch)
+        if start:
+            self.say(f"resuming: drawing the {start} batch(es) of epoch {epoch} already trained "
+                     "to skip them (the data cannot seek)")
+        for i, batch in enumerate(self._mine(iter(self.data))):
+            if i >= start:
+                yield _as_batch(batch)
+        if self._length() is None:
+            raise CpuftError("the data ran out before max_steps: pass fewer max_steps, or data "
+                             "that gives more batches")
+
+    def _mine(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for i, batch in enumerate(batches):
+            if not self._dealt or i % self.world_size == self.rank:
+                yield batch
+
+
+def _as_batch(batch: Any) -> Batch:
+    """A dict of tensors as the model's keyword arguments; a (inputs, targets) pair as
+    ``{"input": ..., "target": ...}`` for a ``loss_fn``."""
+    if isinstance(batch, dict):
+        return batch
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return {"input": batch[0], "target": batch[1]}
+    raise CpuftError(f"cpuft.fit: a batch must be a dict of tensors or an (input, target) pair, "
+                     f"not {type(batch).__name__}")
+
+
+def pair_loss(criterion: Callable[[Any, Any], torch.Tensor]) -> LossFn:
+    """The loss of (input, target) batches: ``criterion(model(input), target)``."""
+
+    def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+        return criterion(model(batch["input"]), batch["target"])
+
+    return loss
+
+
+def _config(settings_given: dict[str, Any]) -> TrainConfig:
+    known = settings()
+    unknown = sorted(set(settings_given) - set(known))
+    if unknown:
+        raise CpuftError(f"cpuft.fit: unknown setting {unknown[0]!r} (the names are cpuft "
+                         "train's flags, with _ for -)")
+    return config_from(settings_given)
+
+
+def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
+        criterion: Callable[[Any, Any], torch.Tensor] | None = None,
+        example_input: torch.Tensor | None = None, say: Callable[[str], None] = print,
+        **train_settings: Any) -> FitResult:
+    """Train ``model`` on ``data`` (a DataLoader or any iterable of batches).
+
+    A batch is a dict of tensors (the model's keyword arguments, its output's ``.loss`` the
+    loss) or an (input, target) pair with ``criterion(model(input), target)`` as the loss; or
+    give ``loss_fn(model, batch)``. ``max_steps`` (or ``epochs`` for data with a length), ``lr``,
+    ``output_dir``, ``save_steps``, ``resume``, ``precision`` and the rest are ``cpuft train``'s
+    settings. Started by ``cpuft launch``, every rank calls it and the model trains under DDP.
+    """
+    if criterion is not None:
+        if loss_fn is not None:
+            raise CpuftError("cpuft.fit: give loss_fn or criterion, not both")
+        loss_fn = pair_loss(criterion)
+    cfg = _config({"output_dir": "", **train_settings})
+    from cpuft.distributed import context
+
+    dist = context(cfg.distributed.backend)
+    rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
+    plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=cfg.speedups.pin_cores)
+    plan = settle_precision(plan, cfg.speedups.precision,
+                            dist.on_every_rank if dist else None)
+    plan = plan.but(compile="off", compile_reason="off in cpuft.fit: call torch.compile "
+                    "yourself", **{k: False for k in OWN_LOOP_OFF},
+                    **{f"{k}_reason": why for k, why in OWN_LOOP_OFF.items()})
+    plan = apply_speedups(model, plan, example_input)
+    o = cfg.optimization
+    source = IterableBatches(data, seed=o.seed, max_batches=o.max_steps * o.grad_accum,
+                             rank=rank, world_size=world,
+                             say=say if rank == 0 else lambda _line: None)
+    per_epoch = math.ceil(source.num_batches(0) / o.grad_accum)
+    if per_epoch == 0 and not o.max_steps:
+        raise CpuftError("cpuft.fit: the data has no length: pass max_steps")
+    total = o.max_steps or max(1, math.ceil(o.epochs * per_epoch))
+    out = Path(cfg.output.output_dir) if cfg.output.output_dir else None
+    resume_from = latest_checkpoint(out) if out is not None and cfg.output.resume else None
+    if cfg.output.resume and resume_from is None and rank == 0:
+        say(f"no checkpoint in {out} to resume from: starting afresh")
+    sinks: list[MetricSink] = []
+    if rank == 0 and out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        sinks.append(JsonlSink(out / "metrics.jsonl"))
+    if rank == 0 and cfg.output.progress:
+        sinks.append(ProgressSink(type(model).__name__))
+    return engine_fit(model, source, FitConfig(
+        total_steps=total, lr=o.lr, warmup_steps=math.ceil(o.warmup_ratio * total),
+        lr_schedule=o.lr_schedule, weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm,
+        grad_accum=o.grad_accum, precision=plan.precision, bf16_weights=_bf16_weights(model, plan),
+        fused_optimizer=plan.fused_optimizer, output_dir=out, save_steps=cfg.output.save_steps,
+        log_steps=cfg.output.log_steps, resume_from=resume_from,
+        bucket_cap_mb=cfg.distributed.bucket_cap_mb,
+        grad_compression=cfg.distributed.grad_compression, grad_sync=cfg.distributed.grad_sync,
+    ), loss_fn=loss_fn, logger=MetricLogger(sinks), dist=dist)
+
+
+def _bf16_weights(model: nn.Module, plan: SpeedPlan) -> bool:
+    return (plan.precision == "bf16" and plan.bf16_weights
+            and not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()))

@@ -1,0 +1,156 @@
+"""``cpuft.optimize(model, optimizer)``: cpuft's speed-ups for a model and loop of your own, the
+successor of ``ipex.optimize``.
+
+It applies what holds for any model, each choice recorded with its reason in a speed plan
+(``cpuft.report_plan()``): threads and pinning, bf16 where the CPU does it natively and measures
+faster, bf16 weights with fp32 masters stepped by cpuft's one-pass AdamW, cpuft's dropout,
+matmul attention for transformers models, channels-last for convolutional networks where it
+measures faster, and a fused optimizer step. What it cannot apply it leaves alone and says why.
+The loop runs its forward pass under ``with cpuft.autocast():``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+
+from cpuft.api.optimizer import Bf16Optimizer, save_masters
+from cpuft.config import SpeedupConfig, TrainConfig
+from cpuft.config.build import validate
+from cpuft.config.sections import Attention, Precision
+from cpuft.distributed import joined
+from cpuft.engine.process import apply_plan
+from cpuft.engine.step import autocast_for
+from cpuft.errors import CpuftError
+from cpuft.plan.resolve import settle_precision
+from cpuft.plan.speed_plan import SpeedPlan, make_plan
+from cpuft.speedups.apply import apply_speedups
+from cpuft.speedups.bf16_weights import Bf16Weights
+from cpuft.topology import read_topology
+
+_PLANS: weakref.WeakKeyDictionary[nn.Module, SpeedPlan] = weakref.WeakKeyDictionary()
+"""The plan of each optimized model."""
+_LATEST: list[SpeedPlan] = []
+"""The plan of the model optimized last."""
+NOT_FOR_OWN_LOOPS = {
+    "sparse_embeddings": "off in cpuft.optimize: torch's optimizers take dense gradients",
+    "counted_logits": "off in cpuft.optimize: a loop of your own may read every position's "
+                      "logits",
+}
+FUSABLE = (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, torch.optim.Adagrad)
+
+
+def _fuse(optimizer: torch.optim.Optimizer) -> tuple[bool, str]:
+    """Switch ``optimizer`` to torch's fused CPU step where its class has one, in place (so
+    that schedulers already built on it keep working); whether it is fused, and why."""
+    if isinstance(optimizer, Bf16Optimizer):
+        return optimizer.kernel, ("cpuft's one-pass AdamW on the masters" if optimizer.kernel
+                                  else f"{type(optimizer.inner).__name__} on the fp32 masters")
+    name = type(optimizer).__name__
+    if type(optimizer) not in FUSABLE:
+        return False, f"{name} has no fused CPU step: left as it is"
+    if optimizer.defaults.get("fused"):
+        return True, "already fused"
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if any(g.get("differentiable") for g in optimizer.param_groups) or any(
+            not p.is_floating_point() or p.is_sparse for p in params):
+        return False, f"{name}: differentiable or non-float parameters, left unfused"
+    for holder in (optimizer.defaults, *optimizer.param_groups):
+        holder["fused"], holder["foreach"] = True, False
+    return True, f"torch's fused {name}"
+
+
+def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+             precision: Precision = "auto", bf16_weights: bool = True,
+             fast_dropout: bool = True, attention: Attention = "auto",
+             channels_last: bool = True, fused_optimizer: bool = True,
+             pin_cores: bool = True, example_input: torch.Tensor | None = None,
+             ) -> tuple[nn.Module, Any]:
+    """``(model, optimizer)`` with cpuft's speed-ups, for the loop that used them.
+
+    Call it once, after building the model and its optimizer and before training (and before
+    wrapping the model in DDP). The model is patched in place. Use the optimizer returned: the
+    one given, switched to torch's fused step, or, when the weights are held in bf16, the same
+    class, groups and settings over their fp32 masters. Run the forward pass under
+    ``with cpuft.autocast():``.
+
+    ``example_input``: an image batch for a convolutional network, to measure channels-last on
+    (a made-up 64 x 64 batch otherwise).
+    """
+    if not isinstance(model, nn.Module):
+        raise CpuftError(f"cpuft.optimize: expected a torch.nn.Module, got {type(model).__name__}")
+    if not any(True for _ in model.parameters()):
+        raise CpuftError(f"cpuft.optimize: the model ({type(model).__name__}) has no parameters "
+                         "to train")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise CpuftError("cpuft.optimize: optimizer must be a torch.optim.Optimizer, got "
+                         f"{type(optimizer).__name__}")
+    speedups = SpeedupConfig(precision=precision, bf16_weights=bf16_weights,
+                             fast_dropout=fast_dropout, attention=attention,
+                             fused_optimizer=fused_optimizer, channels_last=channels_last,
+                             pin_cores=pin_cores, compile="off")
+    cfg = TrainConfig(speedups=speedups)
+    validate(cfg)
+    plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=pin_cores)
+    job = joined()
+    plan = settle_precision(plan, precision, job.on_every_rank if job is not None else None)
+    plan = plan.but(compile_reason="off in cpuft.optimize: call torch.compile yourself",
+                    **{k: False for k in NOT_FOR_OWN_LOOPS},
+                    **{f"{k}_reason": why for k, why in NOT_FOR_OWN_LOOPS.items()})
+    plan = apply_speedups(model, plan, example_input)
+    plan, optimizer = _weights_and_optimizer(model, optimizer, plan)
+    _PLANS[model] = plan
+    _LATEST[:] = [plan]
+    return model, optimizer
+
+
+def _weights_and_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                           plan: SpeedPlan) -> tuple[SpeedPlan, Any]:
+    if plan.precision != "bf16" or not plan.bf16_weights:
+        reason = plan.bf16_weights_reason if plan.precision == "bf16" else "fp32 run"
+        plan = plan.but(bf16_weights=False, bf16_weights_reason=reason)
+    elif optimizer is None:
+        plan = plan.but(bf16_weights=False, bf16_weights_reason="no optimizer given: the "
+                        "weights stay fp32 under autocast")
+    elif any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        plan = plan.but(bf16_weights=False, bf16_weights_reason="the model has BatchNorm "
+                        "layers, kept fp32 under autocast")
+    else:
+        weights = Bf16Weights(model, fused=plan.fused_optimizer)
+        save_masters(model, weights)
+        optimizer = Bf16Optimizer(optimizer, weights)
+        plan = plan.but(bf16_weights_reason=f"{plan.bf16_weights_reason}; optimizer: "
+                        f"{weights.kernel_note}")
+    if optimizer is None:
+        return plan.but(fused_optimizer=False, fused_optimizer_reason="no optimizer given"), None
+    if not plan.fused_optimizer:
+        return plan.but(fused_optimizer_reason="requested"), optimizer
+    fused, reason = _fuse(optimizer)
+    return plan.but(fused_optimizer=fused, fused_optimizer_reason=reason), optimizer
+
+
+def _plan_of(model: nn.Module | None) -> SpeedPlan | None:
+    if model is None:
+        return _LATEST[0] if _LATEST else None
+    return _PLANS.get(model)
+
+
+def autocast(model: nn.Module | None = None) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast exactly where ``cpuft.optimize`` chose bf16 (for ``model``, or the model
+    optimized last); nothing otherwise."""
+    plan = _plan_of(model)
+    return autocast_for(plan.precision if plan is not None else None)
+
+
+def report_plan(model: nn.Module | None = None) -> dict[str, Any]:
+    """What cpuft chose and why, as summary.json's ``plan``: for ``model`` (or the model
+    optimized last), or, before any ``optimize``, for a default run on this machine."""
+    plan = _plan_of(model)
+    if plan is None:
+        plan = settle_precision(make_plan(TrainConfig(), read_topology()), "auto")
+        plan = plan.but(compile="off", compile_reason="not run")
+    return plan.to_dict()

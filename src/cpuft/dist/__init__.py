@@ -1,1 +1,0 @@
-"""torch.distributed for training: the only package that touches process groups."""

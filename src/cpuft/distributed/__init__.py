@@ -1,0 +1,61 @@
+"""torch.distributed for training: the only package that touches process groups.
+
+``cpuft.distributed.init()`` joins the job a launcher started (``cpuft launch``, torchrun,
+mpirun) and returns ``(rank, world_size)``; in a plain single process it returns ``(0, 1)``.
+A script that called ``torch.distributed.init_process_group()`` itself is joined as it is.
+Nothing here loads torch until ``init`` or ``context`` is called.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cpuft.distributed.group import DistContext
+
+_joined: list[DistContext | None] = []
+"""The job this process joined (one entry, None for a single process), once ``init`` ran."""
+
+
+def init(backend: str = "auto", timeout_s: float = 120.0) -> tuple[int, int]:
+    """Join this process's job; ``(rank, world_size)``. Calling it again returns the same."""
+    ctx = context(backend, timeout_s)
+    return (ctx.info.rank, ctx.info.world_size) if ctx is not None else (0, 1)
+
+
+def context(backend: str = "auto", timeout_s: float = 120.0) -> DistContext | None:
+    """The job's context for cpuft's training loop (joining it first if needed); None in a
+    single process."""
+    if not _joined:
+        _joined.append(_join(backend, timeout_s))
+    return _joined[0]
+
+
+def joined() -> DistContext | None:
+    """The job's context if this process is already in one (through ``init``, or its own
+    ``init_process_group``); never joins one itself."""
+    if _joined:
+        return _joined[0]
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return context()
+    return None
+
+
+def _join(backend: str, timeout_s: float) -> Any:
+    import os
+
+    import torch.distributed as dist
+
+    from cpuft.distributed.env import RankInfo
+    from cpuft.distributed.group import DistContext, init_distributed
+
+    if dist.is_available() and dist.is_initialized():  # the script's own process group
+        world = dist.get_world_size()
+        info = RankInfo(rank=dist.get_rank(), world_size=world,
+                        local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        return DistContext(info=info, backend=str(dist.get_backend()),
+                           nodes=max(1, world // max(local, 1)))
+    return init_distributed(backend, timeout_s)

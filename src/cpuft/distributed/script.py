@@ -1,0 +1,73 @@
+"""How ``cpuft launch`` runs a user's script on each rank: ``python -m cpuft.distributed.script
+SCRIPT.py ARGS`` or ``... -m MODULE ARGS``.
+
+Before the script (and torch) loads, the rank pins itself to its share of the node's cores
+(``CPUFT_RANK_CORES``, by local rank) and sets torch.distributed's ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` where the launcher (mpirun) named them otherwise, so
+that a script calling ``torch.distributed.init_process_group()`` itself joins the job, as one
+calling ``cpuft.distributed.init()`` does. A ``CpuftError`` the script lets out ends the rank
+with one line naming it, and exit code 2. A process group the script leaves open is destroyed
+when it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+from cpuft.distributed.env import rank_info
+from cpuft.errors import CpuftError
+from cpuft.topology.placement import RANK_CORES_ENV, cores_for_local_rank
+
+LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+
+
+def prepare_rank(environ: dict[str, str] | os._Environ[str]) -> list[int]:
+    """Set the torch.distributed variables and pin this process; the cores it took."""
+    info = rank_info(environ)
+    if info.distributed:
+        environ.setdefault("RANK", str(info.rank))
+        environ.setdefault("WORLD_SIZE", str(info.world_size))
+        environ.setdefault("LOCAL_RANK", str(info.local_rank))
+        local = next((environ[v] for v in LOCAL_SIZE_VARS if v in environ), None)
+        if local is not None:
+            environ.setdefault("LOCAL_WORLD_SIZE", local)
+    cores: list[int] = []
+    if environ.get(RANK_CORES_ENV) and hasattr(os, "sched_setaffinity"):
+        cores = cores_for_local_rank(environ[RANK_CORES_ENV], info.local_rank)
+        os.sched_setaffinity(0, cores)
+    return cores
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    info = rank_info(os.environ)
+    try:
+        prepare_rank(os.environ)
+        if argv[:1] == ["-m"] and len(argv) > 1:
+            sys.argv = [argv[1], *argv[2:]]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        elif argv:
+            sys.argv = argv
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            runpy.run_path(argv[0], run_name="__main__")
+        else:
+            raise CpuftError("no script to run")
+    except CpuftError as e:
+        print(f"cpuft: rank {info.rank}: {e}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        _leave_group()
+
+
+def _leave_group() -> None:
+    """Destroy the process group a script left open: left to the interpreter's exit, its
+    teardown can wait on a peer that is already gone."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
