@@ -54,7 +54,9 @@ def train(model: nn.Module, train_set: Dataset, args: argparse.Namespace,
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
         if args.way == "optimize":
-            model, optimizer = cpuft.optimize(model, optimizer)
+            inputs = next(iter(loader))[0]  # channels-last is measured on a real batch
+            example = inputs if isinstance(inputs, torch.Tensor) and inputs.dim() == 4 else None
+            model, optimizer = cpuft.optimize(model, optimizer, example_input=example)
         _loop(model, optimizer, loader, sampler, criterion, steps, world)
     seconds = time.perf_counter() - started
     return {"way": args.way, "rank": rank, "world_size": world, "steps": steps,

@@ -80,5 +80,7 @@ def test_bad_settings_and_data_say_so_in_one_line() -> None:
     with pytest.raises(CpuftError, match="the data ran out before max_steps"):
         cpuft.fit(_model(), iter(list(_loader())[:2]), criterion=nn.functional.cross_entropy,
                   max_steps=5, **SETTINGS)
+    with pytest.raises(CpuftError, match="resume=True needs the output_dir"):
+        cpuft.fit(_model(), _loader(), resume=True, **SETTINGS)
     with pytest.raises(CpuftError, match="a batch must be a dict of tensors or an"):
         cpuft.fit(_model(), [torch.randn(4, 8)], max_steps=1, **SETTINGS)

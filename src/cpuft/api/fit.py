@@ -153,6 +153,9 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
             raise CpuftError("cpuft.fit: give loss_fn or criterion, not both")
         loss_fn = pair_loss(criterion)
     cfg = _config({"output_dir": "", **train_settings})
+    out = Path(cfg.output.output_dir) if cfg.output.output_dir else None
+    if cfg.output.resume and out is None:
+        raise CpuftError("cpuft.fit: resume=True needs the output_dir of the run to resume")
     from cpuft.distributed import context
 
     dist = context(cfg.distributed.backend)
@@ -172,7 +175,6 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     if per_epoch == 0 and not o.max_steps:
         raise CpuftError("cpuft.fit: the data has no length: pass max_steps")
     total = o.max_steps or max(1, math.ceil(o.epochs * per_epoch))
-    out = Path(cfg.output.output_dir) if cfg.output.output_dir else None
     resume_from = latest_checkpoint(out) if out is not None and cfg.output.resume else None
     if cfg.output.resume and resume_from is None and rank == 0:
         say(f"no checkpoint in {out} to resume from: starting afresh")
