@@ -84,3 +84,30 @@ def test_bad_settings_and_data_say_so_in_one_line() -> None:
         cpuft.fit(_model(), _loader(), resume=True, **SETTINGS)
     with pytest.raises(CpuftError, match="a batch must be a dict of tensors or an"):
         cpuft.fit(_model(), [torch.randn(4, 8)], max_steps=1, **SETTINGS)
+
+
+def test_a_source_that_seeks_resumes_without_drawing_again(tmp_path: Path) -> None:
+    class Seeking:
+        """Epochs of 5 batches that start anywhere (as cpuft's own batch sources do)."""
+
+        def __init__(self) -> None:
+            self.starts: list[tuple[int, int]] = []
+
+        def num_batches(self, epoch: int) -> int:
+            return 5
+
+        def iterate(self, epoch: int, start: int = 0):
+            self.starts.append((epoch, start))
+            g = torch.Generator().manual_seed(epoch)
+            batches = [(torch.randn(8, 8, generator=g), torch.randint(0, 2, (8,), generator=g))
+                       for _ in range(5)]
+            for x, y in batches[start:]:
+                yield {"input": x, "target": y}
+
+    out = tmp_path / "run"
+    cpuft.fit(_model(), Seeking(), criterion=nn.functional.cross_entropy, max_steps=3,
+              output_dir=str(out), save_steps=3, **SETTINGS)
+    source, said = Seeking(), []
+    cpuft.fit(_model(), source, criterion=nn.functional.cross_entropy, max_steps=7,
+              output_dir=str(out), resume=True, say=said.append, **SETTINGS)
+    assert source.starts == [(0, 3), (1, 0)] and said == []

@@ -68,6 +68,9 @@ class IterableBatches:
             return None
 
     def num_batches(self, epoch: int) -> int:
+        own = getattr(self.data, "num_batches", None)
+        if callable(own) and not self._dealt:
+            return int(own(epoch))
         total = self._length()
         if total is None:
             return self.max_batches
