@@ -79,7 +79,8 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     ``with cpuft.autocast():``.
 
     ``example_input``: an image batch for a convolutional network, to measure channels-last on
-    (a made-up 64 x 64 batch otherwise).
+    (a made-up 64 x 64 batch otherwise). In a job of several ranks, rank 0's measurement sets
+    every rank's layout: call ``cpuft.distributed.init()`` before this.
     """
     if not isinstance(model, nn.Module):
         raise CpuftError(f"cpuft.optimize: expected a torch.nn.Module, got {type(model).__name__}")

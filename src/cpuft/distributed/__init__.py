@@ -43,6 +43,27 @@ def joined() -> DistContext | None:
     return None
 
 
+def rank0_value(value: float) -> float | None:
+    """Rank 0's ``value`` on every rank of the job, so that what each rank measured for itself
+    (channels-last's gain) becomes one choice and every rank runs the same model. ``value``
+    itself in a single process; None in a launched rank that has not joined its job yet, which
+    cannot learn rank 0's."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        if dist.get_world_size() == 1:
+            return value
+        box = torch.tensor([value], dtype=torch.float64)
+        dist.broadcast(box, src=0)
+        return float(box.item())
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return None
+    return value
+
+
 def _join(backend: str, timeout_s: float) -> Any:
     import os
 

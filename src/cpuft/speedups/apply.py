@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cpuft.distributed import rank0_value
 from cpuft.errors import CpuftError
 from cpuft.plan.choices import MATMUL_ATTENTION
 from cpuft.plan.speed_plan import SpeedPlan
@@ -18,9 +19,9 @@ from cpuft.speedups.sparse_embeddings import make_embeddings_sparse
 def apply_speedups(model: Any, plan: SpeedPlan, example_input: Any = None) -> SpeedPlan:
     """Swap in the fast dropout, the chosen attention, sparse embeddings, the first-token
     layer, the counted-positions vocabulary head and channels-last convolutions (measured on
-    ``example_input``, or a made-up image batch); the plan with what the model really runs and
-    why each patch that could not apply did not. (bf16 weights are the engine's: they live for
-    the training loop alone.)"""
+    ``example_input``, or a made-up image batch, by rank 0 for a whole job); the plan with
+    what the model really runs and why each patch that could not apply did not. (bf16 weights
+    are the engine's: they live for the training loop alone.)"""
     if plan.fast_dropout:
         swap_dropout(model)
     attention, attention_reason = plan.attention, plan.attention_reason
@@ -52,6 +53,6 @@ def apply_speedups(model: Any, plan: SpeedPlan, example_input: Any = None) -> Sp
         if why_not:
             changes |= {"counted_logits": False, "counted_logits_reason": why_not}
     if plan.channels_last:
-        on, reason = use_channels_last(model, example_input, plan.precision)
+        on, reason = use_channels_last(model, example_input, plan.precision, shared=rank0_value)
         changes |= {"channels_last": on, "channels_last_reason": reason}
     return plan.but(**changes)

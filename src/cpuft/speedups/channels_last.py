@@ -8,6 +8,7 @@ measured: a few forward and backward passes of the model on an image batch, both
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,11 +33,18 @@ def _pass_seconds(model: nn.Module, images: torch.Tensor, precision: str | None)
     return time.perf_counter() - started
 
 
+def _own_value(gain: float) -> float | None:
+    return gain
+
+
 def use_channels_last(model: nn.Module, example: torch.Tensor | None,
-                      precision: str | None, rounds: int = 3) -> tuple[bool, str]:
+                      precision: str | None, rounds: int = 3,
+                      shared: Callable[[float], float | None] = _own_value) -> tuple[bool, str]:
     """Whether ``model`` trains faster in channels-last, and why. The model is left in the
     faster layout (fed its 4-d inputs in it), its gradients, buffers (BatchNorm statistics)
-    and mode as they were."""
+    and mode as they were. ``shared`` turns this process's measured gain into the one every
+    rank of a job uses (rank 0's), or None where no rank can learn it: the model then stays
+    contiguous, since DDP needs the same layout on every rank."""
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     if not convs:
         return False, "the model has no 2-d convolutions"
@@ -72,13 +80,20 @@ def use_channels_last(model: nn.Module, example: torch.Tensor | None,
         for name, p in model.named_parameters():
             p.grad = grads.get(name)
         model.train(was_training)
-    gain = seconds[False] / seconds[True] if seconds[True] else 0.0
+    own_gain = seconds[False] / seconds[True] if seconds[True] else 0.0
+    gain = shared(own_gain)
+    if gain is None:
+        _set_layout(model, torch.contiguous_format)
+        return False, ("not used: this process is one rank of a launched job that it has not "
+                       "joined, so the ranks cannot take one layout; call "
+                       "cpuft.distributed.init() first")
+    where = "" if gain == own_gain else " on rank 0"
     on = gain >= MIN_GAIN
     _set_layout(model, torch.channels_last if on else torch.contiguous_format)
     if on:
         model.register_forward_pre_hook(_inputs_to_channels_last)
     verdict = "faster" if on else f"not {MIN_GAIN}x faster"
-    return on, (f"measured on a {shape} batch: channels-last {gain:.2f}x the speed of "
+    return on, (f"measured{where} on a {shape} batch: channels-last {gain:.2f}x the speed of "
                 f"contiguous, forward and backward ({verdict})")
 
 
