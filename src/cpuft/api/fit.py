@@ -20,15 +20,18 @@ from torch import nn
 from cpuft.config import TrainConfig, config_from
 from cpuft.config.fields import settings
 from cpuft.engine.checkpoint import latest_checkpoint
-from cpuft.engine.fit import FitConfig, FitResult
+from cpuft.engine.fit import FitResult
 from cpuft.engine.fit import fit as engine_fit
 from cpuft.engine.process import apply_plan
 from cpuft.engine.step import Batch, LossFn
 from cpuft.errors import CpuftError
-from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
+from cpuft.job.build import fit_config
+from cpuft.job.outdir import metric_sinks
+from cpuft.metrics import MetricLogger
 from cpuft.plan.resolve import settle_precision
 from cpuft.plan.speed_plan import SpeedPlan, make_plan
 from cpuft.speedups.apply import apply_speedups
+from cpuft.speedups.bf16_weights import why_weights_stay_fp32
 from cpuft.topology import read_topology
 
 OWN_LOOP_OFF = {"sparse_embeddings": "off in cpuft.fit: for recipes' embeddings only",
@@ -167,8 +170,7 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     plan = settle_precision(plan, cfg.speedups.precision,
                             dist.on_every_rank if dist else None)
     plan = plan.but(compile="off", compile_reason="off in cpuft.fit: call torch.compile "
-                    "yourself", **{k: False for k in OWN_LOOP_OFF},
-                    **{f"{k}_reason": why for k, why in OWN_LOOP_OFF.items()})
+                    "yourself").without(OWN_LOOP_OFF)
     plan = apply_speedups(model, plan, example_input)
     o = cfg.optimization
     source = IterableBatches(data, seed=o.seed, max_batches=o.max_steps * o.grad_accum,
@@ -181,23 +183,15 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     resume_from = latest_checkpoint(out) if out is not None and cfg.output.resume else None
     if cfg.output.resume and resume_from is None and rank == 0:
         say(f"no checkpoint in {out} to resume from: starting afresh")
-    sinks: list[MetricSink] = []
-    if rank == 0 and out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        sinks.append(JsonlSink(out / "metrics.jsonl"))
-    if rank == 0 and cfg.output.progress:
-        sinks.append(ProgressSink(type(model).__name__))
-    return engine_fit(model, source, FitConfig(
-        total_steps=total, lr=o.lr, warmup_steps=math.ceil(o.warmup_ratio * total),
-        lr_schedule=o.lr_schedule, weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm,
-        grad_accum=o.grad_accum, precision=plan.precision, bf16_weights=_bf16_weights(model, plan),
-        fused_optimizer=plan.fused_optimizer, output_dir=out, save_steps=cfg.output.save_steps,
-        log_steps=cfg.output.log_steps, resume_from=resume_from,
-        bucket_cap_mb=cfg.distributed.bucket_cap_mb,
-        grad_compression=cfg.distributed.grad_compression, grad_sync=cfg.distributed.grad_sync,
-    ), loss_fn=loss_fn, logger=MetricLogger(sinks), dist=dist)
+    sinks = metric_sinks(out, resume_from, type(model).__name__ if cfg.output.progress
+                         else None) if rank == 0 else []
+    return engine_fit(model, source, fit_config(cfg, _weights_plan(model, plan), total, out,
+                                                resume_from),
+                      loss_fn=loss_fn, logger=MetricLogger(sinks), dist=dist)
 
 
-def _bf16_weights(model: nn.Module, plan: SpeedPlan) -> bool:
-    return (plan.precision == "bf16" and plan.bf16_weights
-            and not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()))
+def _weights_plan(model: nn.Module, plan: SpeedPlan) -> SpeedPlan:
+    why = why_weights_stay_fp32(model)
+    if plan.precision == "bf16" and plan.bf16_weights and why:
+        return plan.but(bf16_weights=False, bf16_weights_reason=why)
+    return plan

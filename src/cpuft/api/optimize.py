@@ -29,7 +29,7 @@ from cpuft.errors import CpuftError
 from cpuft.plan.resolve import settle_precision
 from cpuft.plan.speed_plan import SpeedPlan, make_plan
 from cpuft.speedups.apply import apply_speedups
-from cpuft.speedups.bf16_weights import Bf16Weights
+from cpuft.speedups.bf16_weights import Bf16Weights, why_weights_stay_fp32
 from cpuft.topology import read_topology
 
 _PLANS: weakref.WeakKeyDictionary[nn.Module, SpeedPlan] = weakref.WeakKeyDictionary()
@@ -99,9 +99,8 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=pin_cores)
     job = joined()
     plan = settle_precision(plan, precision, job.on_every_rank if job is not None else None)
-    plan = plan.but(compile_reason="off in cpuft.optimize: call torch.compile yourself",
-                    **{k: False for k in NOT_FOR_OWN_LOOPS},
-                    **{f"{k}_reason": why for k, why in NOT_FOR_OWN_LOOPS.items()})
+    plan = plan.but(compile_reason="off in cpuft.optimize: call torch.compile yourself")
+    plan = plan.without(NOT_FOR_OWN_LOOPS)
     plan = apply_speedups(model, plan, example_input)
     plan, optimizer = _weights_and_optimizer(model, optimizer, plan)
     _PLANS[model] = plan
@@ -117,9 +116,8 @@ def _weights_and_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer | 
     elif optimizer is None:
         plan = plan.but(bf16_weights=False, bf16_weights_reason="no optimizer given: the "
                         "weights stay fp32 under autocast")
-    elif any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        plan = plan.but(bf16_weights=False, bf16_weights_reason="the model has BatchNorm "
-                        "layers, kept fp32 under autocast")
+    elif why_weights_stay_fp32(model):
+        plan = plan.but(bf16_weights=False, bf16_weights_reason=why_weights_stay_fp32(model))
     else:
         weights = Bf16Weights(model, fused=plan.fused_optimizer)
         save_masters(model, weights)

@@ -20,6 +20,32 @@ from cpuft.recipes.base import Recipe, Say, Task
 from cpuft.speedups.apply import apply_speedups
 
 
+def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
+               output_dir: Path | None = None, resume_from: Path | None = None) -> FitConfig:
+    """The engine's settings for a run of ``total_steps`` with these settings and this plan."""
+    o, d = cfg.optimization, cfg.distributed
+    return FitConfig(
+        total_steps=total_steps,
+        lr=o.lr,
+        warmup_steps=math.ceil(o.warmup_ratio * total_steps),
+        lr_schedule=o.lr_schedule,
+        weight_decay=o.weight_decay,
+        max_grad_norm=o.max_grad_norm,
+        grad_accum=o.grad_accum,
+        precision=plan.precision,
+        bf16_weights=plan.bf16_weights,
+        fused_optimizer=plan.fused_optimizer,
+        compile=plan.compile == "on",
+        output_dir=output_dir,
+        save_steps=cfg.output.save_steps,
+        log_steps=cfg.output.log_steps,
+        resume_from=resume_from,
+        bucket_cap_mb=d.bucket_cap_mb,
+        grad_compression=d.grad_compression,
+        grad_sync=d.grad_sync,
+    )
+
+
 @dataclass(frozen=True)
 class Run:
     """A task with its settled plan: everything ``fit`` needs but where to write."""
@@ -34,27 +60,7 @@ class Run:
 
     def fit_config(self, output_dir: Path | None = None,
                    resume_from: Path | None = None) -> FitConfig:
-        o, d = self.cfg.optimization, self.cfg.distributed
-        return FitConfig(
-            total_steps=self.total_steps,
-            lr=o.lr,
-            warmup_steps=math.ceil(o.warmup_ratio * self.total_steps),
-            lr_schedule=o.lr_schedule,
-            weight_decay=o.weight_decay,
-            max_grad_norm=o.max_grad_norm,
-            grad_accum=o.grad_accum,
-            precision=self.plan.precision,
-            bf16_weights=self.plan.bf16_weights,
-            fused_optimizer=self.plan.fused_optimizer,
-            compile=self.plan.compile == "on",
-            output_dir=output_dir,
-            save_steps=self.cfg.output.save_steps,
-            log_steps=self.cfg.output.log_steps,
-            resume_from=resume_from,
-            bucket_cap_mb=d.bucket_cap_mb,
-            grad_compression=d.grad_compression,
-            grad_sync=d.grad_sync,
-        )
+        return fit_config(self.cfg, self.plan, self.total_steps, output_dir, resume_from)
 
     def train_step(self) -> TrainStep:
         """``fit``'s step on one process, for benchmarks that time steps one by one."""

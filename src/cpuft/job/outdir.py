@@ -14,6 +14,7 @@ from typing import Any
 from cpuft.config import TrainConfig, to_flat
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.errors import CpuftError
+from cpuft.metrics import JsonlSink, MetricSink, ProgressSink
 from cpuft.paths import check_writable_dir
 
 RUN_MARKER = "cpuft_run.json"
@@ -143,3 +144,18 @@ def trim_metrics(path: Path, last_step: int) -> None:
                 and record["step"] <= last_step:
             kept.append(line)
     path.write_text("".join(line + "\n" for line in kept))
+
+
+def metric_sinks(out: Path | None, resume_from: Path | None,
+                 progress_name: str | None) -> list[MetricSink]:
+    """Where the main rank's metrics go: ``out``'s metrics.jsonl, trimmed to the checkpoint
+    resumed from and appended to; and the progress line, where ``progress_name`` is given."""
+    sinks: list[MetricSink] = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        if resume_from is not None:
+            trim_metrics(out / "metrics.jsonl", int(resume_from.name.split("-")[-1]))
+        sinks.append(JsonlSink(out / "metrics.jsonl", append=resume_from is not None))
+    if progress_name is not None:
+        sinks.append(ProgressSink(progress_name))
+    return sinks

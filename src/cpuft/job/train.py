@@ -21,10 +21,10 @@ from cpuft.job.outdir import (
     check_resume_settings,
     clear_output_dir,
     fit_to_world,
+    metric_sinks,
     settle_previous,
-    trim_metrics,
 )
-from cpuft.metrics import JsonlSink, MetricLogger, MetricSink, ProgressSink
+from cpuft.metrics import MetricLogger, MetricSink
 from cpuft.metrics.pace import steady_rate, steady_seconds
 from cpuft.plan.speed_plan import SpeedPlan
 
@@ -107,11 +107,7 @@ def _start_run_folder(run: Run, out: Path, resume_from: Path | None,
     run.task.write_metadata(out)
     if resume_from is not None:
         say(f"resuming from {resume_from}")
-        trim_metrics(out / "metrics.jsonl", int(resume_from.name.split("-")[-1]))
-    sinks: list[MetricSink] = [JsonlSink(out / "metrics.jsonl", append=resume_from is not None)]
-    if run.cfg.output.progress:
-        sinks.append(ProgressSink(run.task.name))
-    return sinks
+    return metric_sinks(out, resume_from, run.task.name if run.cfg.output.progress else None)
 
 
 def _describe(run: Run) -> str:

@@ -9,6 +9,7 @@ none changes one in place.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -83,6 +84,11 @@ class SpeedPlan:
     def but(self, **changes: Any) -> SpeedPlan:
         """A copy with ``changes``: how every later step records what it found."""
         return replace(self, **changes)
+
+    def without(self, reasons: Mapping[str, str]) -> SpeedPlan:
+        """A copy with each speed-up named in ``reasons`` off, for its reason."""
+        return self.but(**{name: False for name in reasons},
+                        **{f"{name}_reason": why for name, why in reasons.items()})
 
     def to_dict(self) -> dict[str, object]:
         if not self.settled:

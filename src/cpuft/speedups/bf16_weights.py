@@ -33,6 +33,14 @@ def _to_bf16(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> torch.Te
     return output.to(torch.bfloat16)
 
 
+def why_weights_stay_fp32(model: nn.Module) -> str | None:
+    """Why ``model``'s weights cannot be held in bf16 (BatchNorm's statistics and affine
+    weights are computed in fp32 under autocast), or None where they can."""
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return "the model has BatchNorm layers, kept fp32 under autocast"
+    return None
+
+
 class Bf16Weights:
     """Casts ``model``'s fp32 parameters (but its embeddings') to bf16 in place and keeps their
     fp32 masters. ``restore()`` puts the masters back, leaving the model fp32 again."""
