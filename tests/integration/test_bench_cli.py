@@ -47,7 +47,12 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
     (["--max-seq-length", "1"], "--max-seq-length must be at least 2"),
     (["--rounds", "0"], "--rounds must be at least 1"),
     (["--models", "minilm,nosuch"],
-     "'nosuch' is neither minilm, bert-base, smollm2-lora, smollm2-full nor a model folder"),
+     "'nosuch' is neither minilm, bert-base, smollm2-lora, smollm2-full, cnn, rnn nor a model "
+     "folder"),
+    (["--models", "cnn", "--configs", "trainer-best"],
+     "--configs: cnn runs none of trainer-best; its configurations are plain-fp32, plain-best, "
+     "cpuft"),
+    (["--models", "rnn", "--scaling"], "--scaling measures classifiers: rnn is a loop model"),
     (["--scaling", "--rate", "fast"], "--rate 'fast': give a tc rate"),
     (["--scaling", "--global-batch", "0"], "--global-batch must be even and at least 2"),
     (["--scaling", "--global-batch", "8", "--grad-accum", "3"],
@@ -118,3 +123,36 @@ def test_bench_of_a_decoder_runs_trainer_with_peft_against_cpuft(tmp_path):
         assert sum(profile["share"].values()) == pytest.approx(1.0, abs=0.02)
     markdown = (out / "bench.md").read_text()
     assert "eval loss" in markdown and "against trainer-best's after the same steps" in markdown
+
+
+@pytest.mark.slow
+def test_bench_of_the_loop_models_runs_them_three_ways(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuft", "bench", "--models", "cnn,rnn", "--quick", "--steps", "4",
+         "--batch-size", "4", "--output-dir", str(out)],
+        capture_output=True, text=True, env=cpuft_env(), timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("cnn", "rnn"):
+        entry = report["models"][name]
+        configs = entry["configs"]
+        assert list(configs) == ["plain-fp32", "plain-best", "cpuft"]
+        # The same batches: the same images or real tokens in the measured steps.
+        assert len({c["tokens_per_sample"] for c in configs.values()}) == 1
+        for other in ("plain_fp32", "plain_best"):
+            assert entry[f"speedup_vs_{other}"] == pytest.approx(
+                configs["cpuft"]["samples_per_second"]
+                / configs[other.replace("_", "-")]["samples_per_second"])
+        assert configs["cpuft"]["plan"]["fast_dropout"] is True
+        assert "channels_last_reason" in configs["cpuft"]["plan"]
+        for c in configs.values():
+            assert c["train_loss"] > 0 and 0 < c["mfu"] < 1
+        profile = entry["profile"]
+        assert profile["steps"] == 2
+        assert profile["share"]["convolution" if name == "cnn" else "matmul"] > 0.1
+    assert report["models"]["cnn"]["configs"]["cpuft"]["tokens_per_sample"] == 1.0
+    markdown = (out / "bench.md").read_text()
+    assert "| cnn | plain-best |" in markdown and "(train)" in markdown
+    assert "cnn: cpuft speedup vs plain best" in markdown

@@ -56,6 +56,44 @@ def test_plan_runs_same_shape_for_every_configuration():
         plan_runs(BenchOptions(configs=["ipex"]))
 
 
+def test_loop_models_run_their_own_three_configurations():
+    runs = plan_runs(BenchOptions(models=["minilm", "cnn", "rnn"], quick=True))
+    assert [(r.model, r.config) for r in runs] == [
+        ("minilm", "stock-2021"), ("minilm", "trainer-best"), ("minilm", "cpuft"),
+        ("cnn", "plain-fp32"), ("cnn", "plain-best"), ("cnn", "cpuft"),
+        ("rnn", "plain-fp32"), ("rnn", "plain-best"), ("rnn", "cpuft")]
+    cnn = [r for r in runs if r.model == "cnn"]
+    assert {r.image_size for r in cnn} == {64} and [r.profile_steps for r in cnn] == [0, 0, 2]
+    picked = plan_runs(BenchOptions(models=["minilm", "cnn"], configs=["cpuft"], quick=True))
+    assert [(r.model, r.config) for r in picked] == [("minilm", "cpuft"), ("cnn", "cpuft")]
+    with pytest.raises(CpuftError, match="cnn runs none of stock-2021"):
+        plan_runs(BenchOptions(models=["cnn"], configs=["stock-2021"]))
+
+
+def test_loop_models_compare_against_both_plain_loops(tmp_path):
+    def loop(config, sps, loss):
+        return {**result(config, sps, 0.0, "fp32", tokens_per_sample=1.0), "model": "cnn",
+                "train_loss": loss}
+
+    for r in (runs := [loop("plain-fp32", 10.0, 2.0), loop("plain-best", 20.0, 2.0),
+                       loop("cpuft", 25.0, 2.1)]):
+        del r["accuracy"]
+    report = compare(runs, MATMUL)
+    report["targets"] = {"speedup_vs_plain_best": 1.0}
+    report["model_targets"] = {"cnn": {"speedup_vs_plain_best": 1.3}}
+    m = report["models"]["cnn"]
+    assert m["speedup_vs_plain_fp32"] == pytest.approx(2.5)
+    assert m["speedup_vs_plain_best"] == pytest.approx(1.25)
+    assert m["train_loss_change_vs_plain_best"] == pytest.approx(0.05)
+    assert "accuracy_delta_vs_plain_best" not in m
+    assert [r[-1] for r in rows(report)] == ["1.00x", "2.00x", "2.50x"]
+    md = markdown(report)
+    assert "| cnn | cpuft | fp32 | 25.0 | 25 | 1500 | - | 2.1000 (train) | 2.50x |" in md
+    assert "speedup vs plain best = 1.25x (target 1.3x: NOT met)" in md
+    bar_chart(report, tmp_path / "b.png")
+    assert (tmp_path / "b.png").stat().st_size > 5000
+
+
 def test_compile_measurement_separates_start_up_from_pace(tmp_path, monkeypatch):
     from cpuft.bench.runner import compile_measurement
     from cpuft.plan import compile_cache

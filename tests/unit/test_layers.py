@@ -10,7 +10,8 @@ import cpuft
 
 ROOT = Path(cpuft.__file__).parent
 LAYERS = [
-    {"errors", "paths", "topology", "config", "plan", "launch"},  # torch-free
+    {"errors", "paths", "topology", "config", "plan", "launch", "forecast",
+     "report"},  # torch-free
     {"kernels", "data", "metrics", "distributed", "optim", "envlock"},
     {"speedups"},
     {"engine"},

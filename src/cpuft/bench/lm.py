@@ -137,7 +137,7 @@ def run_lm(spec: Any) -> dict[str, Any]:
                                    batch_size=EVAL_BATCH, precision=precision)
     if spec.config == "cpuft" and spec.profile_steps:
         # After the evaluation: these steps change the weights.
-        profile = profile_steps(run.train_step(), run.source, spec.profile_steps)
+        profile = profile_steps(run.train_step(), run.source.iterate(0), spec.profile_steps)
     return {
         **run_fields(spec, precision, reason, optimizer_kernel),
         **pace(step_seconds, step_tokens, spec.batch_size),

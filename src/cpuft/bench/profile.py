@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 GROUPS = {
@@ -13,6 +14,10 @@ GROUPS = {
                          "aten::nll_loss2d_backward"),
     "dropout": ("_ScaledMask", "_ScaledMaskBackward", "aten::bernoulli_", "aten::native_dropout",
                 "aten::native_dropout_backward"),
+    "convolution": ("aten::mkldnn_convolution", "aten::convolution_backward",
+                    "aten::slow_conv2d_forward", "aten::slow_conv2d_backward"),
+    "normalization": ("aten::native_batch_norm", "aten::native_batch_norm_backward",
+                      "aten::native_layer_norm", "aten::native_layer_norm_backward"),
     "optimizer": ("aten::_fused_adamw_", "aten::_foreach_mul_", "aten::_foreach_add_",
                   "aten::_foreach_addcmul_", "aten::_foreach_addcdiv_", "aten::_foreach_sqrt",
                   "aten::_foreach_div_", "aten::_foreach_norm"),
@@ -37,12 +42,12 @@ def split_seconds(events: list[tuple[str, float]], wall: float) -> dict[str, flo
     return out
 
 
-def profile_steps(step: Any, source: Any, n: int) -> dict[str, Any]:
-    """Run ``n`` steps of ``step`` on ``source``'s first batches under torch.profiler (after one
+def profile_steps(step: Any, batches: Iterable[Any], n: int) -> dict[str, Any]:
+    """Run ``n`` steps of ``step`` on the first of ``batches`` under torch.profiler (after one
     unprofiled warm-up step); per group, its seconds a step and its share of the step."""
     from torch.profiler import ProfilerActivity, profile
 
-    batches = [b for _, b in zip(range(n + 1), source.iterate(0), strict=False)]
+    batches = [b for _, b in zip(range(n + 1), batches, strict=False)]
     step(batches[0])
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         started = time.perf_counter()

@@ -5,34 +5,43 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cpuft.bench.spec import CONFIGS, OPTIONAL_CONFIGS
+from cpuft.bench.spec import configs_for
 from cpuft.bench.steal import STEAL_WARN
 
 COLUMNS = ("model", "configuration", "precision", "samples/s", "tokens/s", "peak MB", "accuracy",
-           "eval loss", "vs stock-2021")
+           "loss", "vs slowest stock")
+SLOWEST_STOCK = ("stock-2021", "plain-fp32")
+"""The configuration each ratio in the table is against, the first a model has."""
+
+
+def _loss(c: dict[str, Any]) -> str:
+    if "eval_loss" in c:
+        return f"{c['eval_loss']:.4f} (eval)"
+    return f"{c['train_loss']:.4f} (train)" if "train_loss" in c else "-"
 
 
 def rows(report: dict[str, Any]) -> list[list[str]]:
     out = []
     for model, entry in report["models"].items():
         configs = entry["configs"]
-        stock = configs.get("stock-2021", {}).get("tokens_per_second")
-        for name in CONFIGS + OPTIONAL_CONFIGS:
+        stock = next((configs[n]["tokens_per_second"] for n in SLOWEST_STOCK if n in configs),
+                     None)
+        for name in configs_for(model):
             if name not in configs:
                 continue
             c = configs[name]
             ratio = f"{c['tokens_per_second'] / stock:.2f}x" if stock else "-"
             out.append([model, name, c["precision"], f"{c['samples_per_second']:.1f}",
                         f"{c['tokens_per_second']:.0f}", f"{c['peak_memory_mb']:.0f}",
-                        f"{c['accuracy']:.4f}",
-                        f"{c['eval_loss']:.4f}" if "eval_loss" in c else "-", ratio])
+                        f"{c['accuracy']:.4f}" if "accuracy" in c else "-", _loss(c), ratio])
     return out
 
 
 def verdicts(report: dict[str, Any]) -> list[str]:
     lines = []
     for model, entry in report["models"].items():
-        for key, target in report["targets"].items():
+        targets = {**report["targets"], **report.get("model_targets", {}).get(model, {})}
+        for key, target in targets.items():
             if key in entry:
                 ok = "met" if entry[key] >= target else "NOT met"
                 lines.append(f"{model}: cpuft {key.replace('_', ' ')} = {entry[key]:.2f}x "
@@ -47,6 +56,10 @@ def verdicts(report: dict[str, Any]) -> list[str]:
             lines.append(f"{model}: cpuft peak memory {memory:.2f}x trainer-best's, "
                          f"{entry['train_peak_memory_vs_trainer_best']:.2f}x while training "
                          f"(target at most 1x: {'met' if memory <= 1 else 'NOT met'})")
+        if "train_loss_change_vs_plain_best" in entry:
+            lines.append(f"{model}: cpuft training loss over the last steps "
+                         f"{entry['train_loss_change_vs_plain_best']:+.2%} against plain-best's "
+                         "on the same batches")
         if "mfu" in entry:
             lines.append(f"{model}: cpuft model FLOPs utilisation {entry['mfu']:.1%}")
         if "profile" in entry:
@@ -99,19 +112,23 @@ def bar_chart(report: dict[str, Any], path: Path) -> None:
     models = list(report["models"])
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
     colours = {"stock-2021": "#9e9e9e", "trainer-best": "#5c8ac4", "cpuft": "#e07b39",
-               "cpuft-compile": "#f2b48a"}
+               "cpuft-compile": "#f2b48a", "plain-fp32": "#9e9e9e", "plain-best": "#5c8ac4"}
     for ax, model in zip(axes[0], models, strict=True):
         configs = report["models"][model]["configs"]
-        names = [n for n in CONFIGS + OPTIONAL_CONFIGS if n in configs]
+        names = [n for n in configs_for(model) if n in configs]
+        unit = "images" if model == "cnn" else "tokens"
         speeds = [configs[n]["tokens_per_second"] for n in names]
         bars = ax.bar(names, speeds, color=[colours[n] for n in names])
         for bar, n in zip(bars, names, strict=True):
-            ax.annotate(f"{configs[n]['tokens_per_second']:.0f}\nacc {configs[n]['accuracy']:.3f}",
+            c = configs[n]
+            below = f"\nacc {c['accuracy']:.3f}" if "accuracy" in c else f"\nloss {_loss(c)}"
+            ax.annotate(f"{c['tokens_per_second']:.0f}{below}",
                         (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)
-        ax.set_title(f"{model}: training tokens/s (not padding)")
+        ax.set_title(f"{model}: training {unit}/s" + (" (not padding)" if unit == "tokens"
+                                                      else ""))
         ax.set_ylim(0, max(speeds) * 1.25)
-        ax.set_ylabel("tokens/s (higher is better)")
+        ax.set_ylabel(f"{unit}/s (higher is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

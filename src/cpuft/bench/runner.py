@@ -8,7 +8,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cpuft.bench.spec import CONFIGS, LM_CONFIGS, LM_LR, OPTIONAL_CONFIGS, RunSpec, lm_model
+from cpuft.bench.spec import (
+    CONFIGS,
+    LM_CONFIGS,
+    LM_LR,
+    LOOP_CONFIGS,
+    LOOP_LR,
+    LOOP_MODELS,
+    OPTIONAL_CONFIGS,
+    RunSpec,
+    configs_for,
+    lm_model,
+)
 from cpuft.bench.workers import run_worker
 from cpuft.errors import CpuftError
 from cpuft.plan import compile_cache
@@ -17,14 +28,20 @@ from cpuft.topology import read_topology
 
 # (steps, batch size, validation rows scored; 0 = all). bert-base has random weights: its
 # accuracy only shows that all three ways train alike, so fewer rows are scored. "lm" is every
-# causal-LM model's.
+# causal-LM model's. For the CNN the third figure is the side of its images instead.
 SIZES = {
-    "quick": {"minilm": (100, 32, 0), "bert-base": (12, 8, 256), "lm": (20, 16, 128)},
-    "full": {"minilm": (321, 32, 0), "bert-base": (40, 8, 0), "lm": (40, 32, 256)},
+    "quick": {"minilm": (100, 32, 0), "bert-base": (12, 8, 256), "lm": (20, 16, 128),
+              "cnn": (16, 16, 64), "rnn": (40, 32, 0)},
+    "full": {"minilm": (321, 32, 0), "bert-base": (40, 8, 0), "lm": (40, 32, 256),
+             "cnn": (30, 32, 128), "rnn": (120, 64, 0)},
 }
-DEFAULT_MODELS = {"quick": ["minilm", "bert-base", "smollm2-lora"],
-                  "full": ["minilm", "bert-base", "smollm2-lora", "smollm2-full"]}
-TARGETS = {"speedup_vs_trainer_best": 1.5, "speedup_vs_stock_2021": 3.0}
+DEFAULT_MODELS = {"quick": ["minilm", "bert-base", "smollm2-lora", "cnn", "rnn"],
+                  "full": ["minilm", "bert-base", "smollm2-lora", "smollm2-full", "cnn", "rnn"]}
+TARGETS = {"speedup_vs_trainer_best": 1.5, "speedup_vs_stock_2021": 3.0,
+           "speedup_vs_plain_best": 1.0}
+MODEL_TARGETS = {"cnn": {"speedup_vs_plain_best": 1.05},
+                 "rnn": {"speedup_vs_plain_best": 1.05}}
+"""Targets of one model, in place of ``TARGETS``' figure for the same key."""
 EVAL_LOSS_TOLERANCE = 0.02
 """A causal LM's eval loss after cpuft's steps may differ from the stock run's by this much
 (relative): the same training, up to float rounding and dropout masks."""
@@ -38,20 +55,23 @@ class BenchOptions:
 
     models: list[str] = field(default_factory=list)
     """Empty: DEFAULT_MODELS for --quick or the full run."""
-    configs: list[str] = field(default_factory=lambda: list(CONFIGS))
+    configs: list[str] = field(default_factory=list)
+    """Empty: each model's own (``configs_for``)."""
     quick: bool = False
     steps: int = 0
     """Overrides the steps of every model when positive."""
     batch_size: int = 0
     """Overrides the batch size of every model when positive."""
     max_seq_length: int = 128
+    image_size: int = 0
+    """The side of the cnn model's images when positive (else the size's own)."""
     rounds: int = 1
     """Run every configuration this many times, in turns; speed-ups are the median of the
     ratios within a round (a noisy machine drifts between runs far apart in time)."""
 
 
 def plan_runs(opts: BenchOptions) -> list[RunSpec]:
-    known = CONFIGS + OPTIONAL_CONFIGS
+    known = tuple(dict.fromkeys(CONFIGS + OPTIONAL_CONFIGS + LM_CONFIGS + LOOP_CONFIGS))
     unknown = [c for c in opts.configs if c not in known]
     if unknown:
         raise CpuftError(f"unknown configuration {unknown[0]!r}: choose from {', '.join(known)}")
@@ -60,17 +80,25 @@ def plan_runs(opts: BenchOptions) -> list[RunSpec]:
     runs = []
     for model in opts.models or DEFAULT_MODELS[size]:
         lm = lm_model(model)
-        steps, batch, eval_rows = sizes["lm"] if lm else sizes.get(model, sizes["minilm"])
-        for config in opts.configs:
-            if lm and config not in LM_CONFIGS:
-                continue
+        steps, batch, third = sizes["lm"] if lm else sizes.get(model, sizes["minilm"])
+        own = configs_for(model)
+        configs = [c for c in opts.configs if c in own] if opts.configs else list(
+            c for c in own if c not in OPTIONAL_CONFIGS)
+        if not configs:
+            raise CpuftError(f"--configs: {model} runs none of {', '.join(opts.configs)}; its "
+                             f"configurations are {', '.join(own)}")
+        for config in configs:
             spec = RunSpec(
                 config=config, model=model, steps=opts.steps or steps,
                 batch_size=opts.batch_size or batch, max_seq_length=opts.max_seq_length,
-                eval_samples=eval_rows,
+                eval_samples=third if model not in LOOP_MODELS else 0,
             )
             if lm:
                 spec = replace(spec, lr=LM_LR[lm[0]],
+                               profile_steps=PROFILE_STEPS if config == "cpuft" else 0)
+            elif model in LOOP_MODELS:
+                spec = replace(spec, lr=LOOP_LR[model], weight_decay=0.0,
+                               image_size=(opts.image_size or third) if model == "cnn" else 0,
                                profile_steps=PROFILE_STEPS if config == "cpuft" else 0)
             runs.append(spec)
     return runs
@@ -114,11 +142,12 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         entry = report["models"].setdefault(r["model"], {"configs": {}})
         entry["configs"][r["config"]] = {k: r[k] for k in (
             "samples_per_second", "tokens_per_second", "tokens_per_sample", "peak_memory_mb",
-            "accuracy", "precision", "allocator", "threads", "train_seconds")}
+            "precision", "allocator", "threads", "train_seconds")}
         config = entry["configs"][r["config"]]
         config["precision_reason"] = r.get("precision_reason", "")
         config["steal_fraction"] = r.get("steal_fraction", 0.0)
-        for key in ("eval_loss", "eval_perplexity", "train_peak_memory_mb"):
+        for key in ("accuracy", "eval_loss", "eval_perplexity", "train_peak_memory_mb",
+                    "train_loss", "plan"):
             if key in r:
                 config[key] = r[key]
         peak = matmul["bf16_gflops" if r["precision"] == "bf16" else "fp32_gflops"] * 1e9
@@ -138,18 +167,24 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         configs = entry["configs"]
         if "cpuft" not in configs:
             continue
-        for other, key in (("stock-2021", "speedup_vs_stock_2021"),
-                           ("trainer-best", "speedup_vs_trainer_best")):
-            if other in configs:
-                # Real tokens per second: stock-2021's random batches hold other samples, of
-                # other lengths, than cpuft's (trainer-best trains on cpuft's batches).
-                ours = configs["cpuft"].get("rounds_tokens_per_second",
-                                            [configs["cpuft"]["tokens_per_second"]])
-                theirs = configs[other].get("rounds_tokens_per_second",
-                                            [configs[other]["tokens_per_second"]])
-                entry[key] = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+        for other in ("stock-2021", "trainer-best", "plain-fp32", "plain-best"):
+            if other not in configs:
+                continue
+            key = "speedup_vs_" + other.replace("-", "_")
+            # Real tokens per second: stock-2021's random batches hold other samples, of
+            # other lengths, than cpuft's (the other stock ways train on cpuft's batches).
+            ours = configs["cpuft"].get("rounds_tokens_per_second",
+                                        [configs["cpuft"]["tokens_per_second"]])
+            theirs = configs[other].get("rounds_tokens_per_second",
+                                        [configs[other]["tokens_per_second"]])
+            entry[key] = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+            if "accuracy" in configs[other]:
                 entry[key.replace("speedup", "accuracy_delta")] = (
                     configs["cpuft"]["accuracy"] - configs[other]["accuracy"])
+        best = configs.get("plain-best", {})
+        if "train_loss" in best:
+            entry["train_loss_change_vs_plain_best"] = (
+                configs["cpuft"]["train_loss"] / best["train_loss"] - 1)
         stock = configs.get("trainer-best", {})
         if "eval_loss" in stock:
             entry["eval_loss_change_vs_trainer_best"] = (
@@ -179,11 +214,11 @@ def median_run(done: list[dict[str, Any]], speed: str = "samples_per_second") ->
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
     if opts.rounds < 1:
         raise CpuftError("--rounds must be at least 1")
+    runs = plan_runs(opts)
     cpuft_env = preload_env()
     matmul_spec = RunSpec(config="matmul", model="-", steps=0, batch_size=0)
     say("measuring matmul FLOP/s (bf16, fp32)")
     matmul_before = _run(matmul_spec, cpuft_env)
-    runs = plan_runs(opts)
     rounds: list[list[dict[str, Any]]] = [[] for _ in runs]
     for round_ in range(opts.rounds):
         for i, spec in enumerate(runs):
@@ -191,10 +226,11 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
             say(f"[{i + 1}/{len(runs)}] {spec.model} {spec.config}: {spec.steps} steps of "
                 f"{spec.batch_size}{turn}")
             r = _run(spec, cpuft_env)
-            loss = f"eval loss {r['eval_loss']:.4f}, " if "eval_loss" in r else ""
+            scores = "".join(f"{name.replace('_', ' ')} {r[name]:.4f}, " for name in (
+                "accuracy", "eval_loss", "train_loss") if name in r)
             say(f"    {r['samples_per_second']:.1f} samples/s, "
                 f"{r['tokens_per_second']:.0f} tokens/s ({r['tokens_per_sample']:.1f} a sample), "
-                f"accuracy {r['accuracy']:.4f}, {loss}"
+                f"{scores}"
                 f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}, "
                 f"steal {r['steal_fraction']:.0%}")
             rounds[i].append(r)
@@ -218,5 +254,6 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
     report = compare(results, matmul)
     report["quick"] = opts.quick
     report["targets"] = TARGETS
+    report["model_targets"] = {m: MODEL_TARGETS[m] for m in report["models"] if m in MODEL_TARGETS}
     report["eval_loss_tolerance"] = EVAL_LOSS_TOLERANCE
     return report

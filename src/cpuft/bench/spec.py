@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 CONFIGS = ("stock-2021", "trainer-best", "cpuft")
 # Not run by default: cpuft with torch.compile forced on, to measure what compiling costs and
@@ -16,6 +17,22 @@ job's verdicts. ``lora:PATH`` and ``full:PATH`` name another decoder (a folder o
 LM_CONFIGS = ("trainer-best", "cpuft")
 """2021 had no LoRA: causal-LM models are measured against today's stock way alone."""
 LM_LR = {"lora": 1e-3, "full": 5e-5}
+LOOP_MODELS = {"cnn": "cnn_digits", "rnn": "rnn_reviews"}
+"""A training loop of one's own on an example's model: the ResNet and the GRU classifier."""
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+"""The examples of a source checkout, whose models and data the loop models train."""
+LOOP_CONFIGS = ("plain-fp32", "plain-best", "cpuft")
+LOOP_LR = {"cnn": 3e-3, "rnn": 2e-3}
+"""The examples' learning rates."""
+
+
+def configs_for(model: str) -> tuple[str, ...]:
+    """The configurations a model is measured in, in order."""
+    if model in LOOP_MODELS:
+        return LOOP_CONFIGS
+    if lm_model(model):
+        return LM_CONFIGS
+    return CONFIGS + OPTIONAL_CONFIGS
 
 
 def lm_model(model: str) -> tuple[str, str] | None:
@@ -36,7 +53,8 @@ class RunSpec:
     config: str
     model: str
     """'minilm' (the pretrained default model), 'bert-base' (bert-base size, random weights
-    built from a config) or a local model folder; or a causal-LM model (``LM_MODELS``)."""
+    built from a config) or a local model folder; a causal-LM model (``LM_MODELS``); or a loop
+    of one's own (``LOOP_MODELS``)."""
     steps: int
     batch_size: int
     max_seq_length: int = 128
@@ -47,6 +65,8 @@ class RunSpec:
     """Validation rows to score (0: all)."""
     profile_steps: int = 0
     """Steps to run under torch.profiler after the measured ones (cpuft, causal LMs)."""
+    image_size: int = 0
+    """The side of the CNN's random images."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

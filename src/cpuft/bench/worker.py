@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from cpuft.bench.measure import pace, peak_memory_mb, run_fields
-from cpuft.bench.spec import RunSpec, lm_model
+from cpuft.bench.spec import LOOP_MODELS, RunSpec, lm_model
 from cpuft.bench.steal import read_ticks, steal_fraction
 from cpuft.bench.trainer import (
     same_batches_trainer,
@@ -136,6 +136,10 @@ def run(spec: RunSpec) -> dict[str, Any]:
         from cpuft.bench.lm import run_lm
 
         return {**run_lm(spec), "steal_fraction": steal_fraction(ticks, read_ticks())}
+    if spec.model in LOOP_MODELS:
+        from cpuft.bench.own_loops import run_loop
+
+        return {**run_loop(spec), "steal_fraction": steal_fraction(ticks, read_ticks())}
     optimizer_kernel = ""
     if spec.config.startswith("cpuft"):
         task, (precision, reason), step_seconds, step_tokens, optimizer_kernel = \

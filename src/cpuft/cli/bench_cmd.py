@@ -20,6 +20,12 @@ the other, each in a fresh process:
 Causal-LM models (smollm2-lora, smollm2-full) run trainer-best (with PEFT for LoRA) and cpuft
 on the default causal job's verdicts, and report the validation loss after the same steps and
 where cpuft's step time goes (torch.profiler).
+Loop models (cnn: the ResNet of examples/cnn_digits.py on random images; rnn: the GRU of
+examples/rnn_reviews.py on the review snippets) run a training loop of one's own three ways:
+  plain-fp32    fp32, torch's AdamW and defaults, as a tutorial writes it
+  plain-best    bf16 autocast where native and faster, fused AdamW, channels-last, threads set
+  cpuft         the plain loop after cpuft.optimize, under cpuft.autocast
+and report the training loss over the last steps and where cpuft's step time goes.
 Reports samples/s, tokens/s, peak memory and validation accuracy of each, the machine's matmul
 FLOP/s and cpuft's model FLOPs utilisation. Speed-ups are ratios of tokens/s (tokens that are
 not padding), which stock-2021's random batches hold in other numbers. Writes bench.md,
@@ -34,14 +40,18 @@ def register(sub: Any) -> None:
     p.add_argument("--quick", action="store_true", help="fewer steps (about 5-10 minutes)")
     p.add_argument("--models", default="",
                    help="comma-separated: minilm, bert-base (random weights), smollm2-lora, "
-                        "smollm2-full, classifier model folders, or lora:PATH / full:PATH for a "
-                        "decoder (folder or .gguf) (default: minilm, bert-base and smollm2-lora; "
-                        "smollm2-full too without --quick)")
-    p.add_argument("--configs", default="stock-2021,trainer-best,cpuft",
-                   help="comma-separated subset of the three configurations")
+                        "smollm2-full, cnn, rnn, classifier model folders, or lora:PATH / "
+                        "full:PATH for a decoder (folder or .gguf) (default: minilm, bert-base, "
+                        "smollm2-lora, cnn and rnn; smollm2-full too without --quick)")
+    p.add_argument("--configs", default="",
+                   help="comma-separated subset of the configurations (default: each model's "
+                        "own)")
     p.add_argument("--steps", type=int, default=0, help="steps per run (default: by model)")
     p.add_argument("--batch-size", type=int, default=0, help="batch size (default: by model)")
     p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--image-size", type=int, default=0,
+                   help="the side of the cnn model's random images (default: 64 with --quick, "
+                        "else 128)")
     p.add_argument("--output-dir", default="bench-out", help="where bench.md/png/json go")
     p.add_argument("--rounds", type=int, default=1,
                    help="run every configuration N times in turns and report the median of "
@@ -137,7 +147,7 @@ RATE = re.compile(r"\d+(\.\d+)?([kmgt]?(bit|bps))")
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse what cannot run before anything starts (the runs take minutes)."""
-    from cpuft.bench.spec import LM_MODELS, MODELS, lm_model
+    from cpuft.bench.spec import EXAMPLES, LM_MODELS, LOOP_MODELS, MODELS, lm_model
     from cpuft.cli.output import check_writable_dir
     from cpuft.errors import CpuftError
     from cpuft.recipes.hf_models import folder_sequence_limit, resolve_causal_lm
@@ -146,6 +156,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise CpuftError("--steps and --batch-size must be positive")
     if args.max_seq_length < 2:
         raise CpuftError("--max-seq-length must be at least 2")
+    if args.image_size and not 8 <= args.image_size <= 1024:
+        raise CpuftError("--image-size must be between 8 and 1024 pixels")
     for model in filter(None, (m.strip() for m in args.models.split(","))):
         lm = lm_model(model)
         if lm:
@@ -153,9 +165,18 @@ def check_args(args: argparse.Namespace) -> None:
                 raise CpuftError(f"--scaling measures classifiers: {model} is a causal LM")
             resolve_causal_lm(lm[1])  # the decoder is there (SmolLM2 installed, a path found)
             continue
+        if model in LOOP_MODELS:
+            if args.scaling:
+                raise CpuftError(f"--scaling measures classifiers: {model} is a loop model")
+            if not (EXAMPLES / f"{LOOP_MODELS[model]}.py").is_file():
+                raise CpuftError(f"--models {model} trains the model of "
+                                 f"{LOOP_MODELS[model]}.py, which is not in {EXAMPLES}: run "
+                                 "cpuft bench from a source checkout")
+            continue
         if model not in MODELS and not Path(model).is_dir():
             raise CpuftError(f"--models: {model!r} is neither {', '.join(MODELS)}, "
-                             f"{', '.join(LM_MODELS)} nor a model folder")
+                             f"{', '.join(LM_MODELS)}, {', '.join(LOOP_MODELS)} nor a model "
+                             "folder")
         limit = folder_sequence_limit(model) if model not in MODELS else None
         if limit is not None and args.max_seq_length > limit:
             # stock-2021 pads every row to --max-seq-length: the run would fail in the model
@@ -177,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         models=[m.strip() for m in args.models.split(",") if m.strip()],
         configs=[c.strip() for c in args.configs.split(",") if c.strip()],
         quick=args.quick, steps=args.steps, batch_size=args.batch_size,
-        max_seq_length=args.max_seq_length, rounds=args.rounds,
+        max_seq_length=args.max_seq_length, rounds=args.rounds, image_size=args.image_size,
     )
     report = run_bench(opts)
     saved = save_outputs(Path(args.output_dir), {

@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         doctor_cmd,
         env_cmd,
         launch_cmd,
+        plan_cmd,
+        report_cmd,
         train_cmd,
     )
 
@@ -36,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_cmd.register(sub)
     env_cmd.register(sub)
     cluster_cmd.register(sub)
+    plan_cmd.register(sub)
+    report_cmd.register(sub)
     return parser
 
 

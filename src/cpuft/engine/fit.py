@@ -166,6 +166,7 @@ class _Loop:
                                     loss_fn=loss_fn, forward_model=forward_model, dist=dist)
         self.step = self.epoch = self.position = 0
         self.saved_step = 0
+        self.started = time.perf_counter()
         self.is_main = dist is None or dist.info.is_main
         self.result = FitResult(steps=0, samples=0, tokens=0, train_seconds=0.0,
                                 final_loss=math.nan,
@@ -178,7 +179,7 @@ class _Loop:
         self.model.train()
         self.logger.start(config.total_steps, self.step)
         self.window = {"samples": 0, "tokens": 0, "start": time.perf_counter()}
-        started = time.perf_counter()
+        started = self.started = time.perf_counter()
         with stop_flag() as stop:
             try:
                 while self.step < config.total_steps:
@@ -266,6 +267,7 @@ class _Loop:
             "lr": self.scheduler.get_last_lr()[0],
             "samples_per_second": window["samples"] / elapsed,
             "tokens_per_second": window["tokens"] / elapsed,
+            "seconds": now - self.started,
         }
         self.logger.step(record)
         if self.step % self.config.log_steps == 0 or self.step == self.config.total_steps:

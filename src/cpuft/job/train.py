@@ -15,6 +15,7 @@ from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.engine.fit import FitResult, fit
 from cpuft.engine.process import versions
 from cpuft.job.build import Run, build_run
+from cpuft.job.forecast_inputs import forecast_inputs
 from cpuft.job.outdir import (
     RUN_MARKER,
     check_output_dir,
@@ -25,7 +26,7 @@ from cpuft.job.outdir import (
     settle_previous,
 )
 from cpuft.metrics import MetricLogger, MetricSink
-from cpuft.metrics.pace import steady_rate, steady_seconds
+from cpuft.metrics.pace import steady_rate, steady_seconds, warmup_steps
 from cpuft.plan.speed_plan import SpeedPlan
 
 
@@ -168,6 +169,11 @@ def _summary(run: Run, result: FitResult, speeds: dict[str, float], evals: dict[
             "comm_wait_fraction": round(speeds["comm_wait"] / train_seconds, 4),
             "compute_fraction": round(1 - speeds["comm_wait"] / train_seconds, 4),
         },
+        "forecast_inputs": forecast_inputs(
+            run, seconds_per_step=speeds["pace_seconds"] / max(1, steps - warmup_steps(steps)),
+            tokens_per_step=per_step["tokens"] / run.world_size,
+            comm_wait_fraction=speeds["comm_wait"] / train_seconds,
+            nodes=dist.nodes if dist else 1),
         "final_loss": result.final_loss,
         **evals,
         **{k: v for k, v in described.items() if k not in ("model", "task")},

@@ -44,6 +44,15 @@ class Isa:
     def names(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name)]
 
+    @property
+    def class_name(self) -> str:
+        """The class that decides training speed: amx, avx512_bf16, avx512 or avx2."""
+        if self.amx:
+            return "amx"
+        if self.avx512_bf16:
+            return "avx512_bf16"
+        return "avx512" if self.avx512f else "avx2"
+
 
 @dataclass(frozen=True, slots=True)
 class Topology:

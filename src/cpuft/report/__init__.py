@@ -1,0 +1,1 @@
+"""``cpuft report``: markdown and pictures from finished run folders. Torch-free."""
