@@ -61,5 +61,5 @@ def test_plan_reads_a_runs_summary_and_calibrates_a_job_here(tiny_model, data_fi
                  "--output-dir", str(tmp_path / "p2"), "--json"]) == 0
     sheet = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     calibration = json.loads((tmp_path / "p2" / "calibration.json").read_text())
-    assert calibration["forecast_inputs"]["half_batch_seconds"] > 0
-    assert any("the step timed at half its batch" in m for m in sheet["measured"])
+    assert set(calibration["forecast_inputs"]["step_seconds_by_batch"]) == {"4", "8"}
+    assert any(m.startswith("steps also timed at 4 samples") for m in sheet["measured"])

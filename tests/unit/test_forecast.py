@@ -24,6 +24,7 @@ from cpuft.forecast.model import (
     compute_seconds,
     forecast,
     last_paying,
+    step_seconds,
 )
 from cpuft.forecast.prices import SHIPPED, load_prices
 from cpuft.forecast.sheet import parse_duration, parse_nodes
@@ -54,14 +55,14 @@ def test_the_link_cluster_check_measured():
         link_from_cluster_check({"allreduce": None})
 
 
-CAL = Calibration(seconds_per_sample=0.01, fixed_seconds=0.1, cores=2, isa="avx2",
+CAL = Calibration(steps=((0.0, 0.1), (64.0, 0.74)), cores=2, isa="avx2",
                   dense_gradient_bytes=100e6, hidden_share=0.5)
 TARGET = Target(name="t", cores=4, isa="avx2", link=TEN_GBIT, on_demand_per_hour=2.0,
                 spot_per_hour=0.5)
 
 
 def test_compute_scales_with_cores_and_the_isa_class():
-    # (0.1 + 32 x 0.01) on twice the cores
+    # 0.1 s fixed and 0.01 s a sample: (0.1 + 32 x 0.01) on twice the cores
     assert compute_seconds(CAL, TARGET, 32) == pytest.approx(0.21)
     amx = Target(name="a", cores=4, isa="amx", link=TEN_GBIT)
     assert compute_seconds(CAL, amx, 32) == pytest.approx(0.21 / ISA_SPEED["amx"])
@@ -82,6 +83,16 @@ def test_a_forecast_by_hand():
     assert two.step_seconds == pytest.approx(compute + comm / 2)
     assert two.efficiency == pytest.approx(0.37 / two.step_seconds / 2)
     assert two.cost_spot == pytest.approx(two.wall_seconds / 3600 * 2 * 0.5)
+
+
+def test_compute_follows_the_tokens_a_sample_of_the_jobs_data():
+    cal = Calibration(steps=CAL.steps, cores=2, isa="avx2", dense_gradient_bytes=0.0,
+                      tokens_per_sample=20.0)
+    short = forecast(cal, TARGET, Job(samples=64, epochs=1.0, global_batch=64), 1)
+    long = forecast(cal, TARGET, Job(samples=64, epochs=1.0, global_batch=64,
+                                     tokens_per_sample=30.0), 1)
+    assert long.step_seconds == pytest.approx(1.5 * short.step_seconds)
+    assert long.efficiency == pytest.approx(1.0)
 
 
 def test_the_cheapest_run_within_a_deadline_and_where_nodes_stop_paying():
@@ -139,22 +150,30 @@ def calibration_file(folder: Path, **changes: object) -> Path:
 
 def test_a_calibration_names_what_it_measured_and_what_it_assumed(tmp_path):
     one = read_calibration(calibration_file(tmp_path / "a"))
-    assert one.calibration.fixed_seconds == pytest.approx(FIXED_SHARE * 0.5)
-    assert one.calibration.seconds_per_sample == pytest.approx(0.45 / 32)
+    assert one.calibration.steps == ((0.0, pytest.approx(FIXED_SHARE * 0.5)), (32.0, 0.5))
     assert one.calibration.hidden_share == HIDDEN_SHARE
     assert any(a.startswith("fixed work a step: 10%") for a in one.assumed)
-    # Timed at half the batch too: 0.5 s for 32, 0.3 s for 16: 0.0125 s a sample, 0.1 fixed
-    halves = read_calibration(calibration_file(tmp_path / "b", half_batch_seconds=0.3))
-    assert halves.calibration.seconds_per_sample == pytest.approx(0.0125)
-    assert halves.calibration.fixed_seconds == pytest.approx(0.1)
+    # Timed at 16 and 64 samples too: steps are read off the lines between the three
+    halves = read_calibration(calibration_file(
+        tmp_path / "b", step_seconds_by_batch={"16": 0.3, "32": 0.5, "64": 0.8}))
+    assert halves.calibration.steps == ((16.0, 0.3), (32.0, 0.5), (64.0, 0.8))
+    assert step_seconds(halves.calibration.steps, 24) == pytest.approx(0.4)
+    assert step_seconds(halves.calibration.steps, 48) == pytest.approx(0.65)
+    assert step_seconds(halves.calibration.steps, 8) == pytest.approx(0.2)  # the first line on
+    assert step_seconds(halves.calibration.steps, 128) == pytest.approx(1.4)  # the last line on
     assert not any(a.startswith("fixed work") for a in halves.assumed)
     # Two nodes waited 0.05 s of a 0.5 s step on a link that needs 0.0721 s for 90 MB
     two = read_calibration(calibration_file(tmp_path / "c", nodes=2, comm_wait_fraction=0.1))
     hidden = two.on_link(TEN_GBIT)
     raw = ring_allreduce_seconds(90e6, 2, TEN_GBIT)
     assert hidden.calibration.hidden_share == pytest.approx(1 - 0.05 / raw)
-    assert two.calibration.seconds_per_sample == pytest.approx(0.9 * 0.45 / 32)
+    assert two.calibration.steps[-1] == (32.0, pytest.approx(0.45))  # compute, not the wait
     assert not any(a.startswith("hidden") for a in hidden.assumed)
+    taken = one.hiding_as(two, TEN_GBIT)
+    assert taken.calibration.hidden_share == hidden.calibration.hidden_share
+    assert taken.calibration.steps == one.calibration.steps
+    with pytest.raises(CpuftError, match="ran on one node"):
+        one.hiding_as(one, TEN_GBIT)
     with pytest.raises(CpuftError, match=r"forecast_inputs\.isa 'sse' is not one of"):
         read_calibration(calibration_file(tmp_path / "d", isa="sse"))
     (tmp_path / "e.json").write_text("{}")

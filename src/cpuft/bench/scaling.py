@@ -59,11 +59,11 @@ def _launch_request(hostfile: Path, port: int, train_args: list[str]) -> LaunchR
                          train_args=train_args)
 
 
-def _train_args(opts: ScalingOptions, batch: int, compression: str, out: Path) -> list[str]:
+def _train_args(opts: ScalingOptions, batch: int, compression: str) -> list[str]:
     sent = (["--grad-compression", "none", "--no-grad-sync"] if compression == NO_SYNC
             else ["--grad-compression", compression])
     train = ["--max-steps", str(opts.steps), "--batch-size", str(batch), *sent,
-             "--output-dir", str(out), "--no-progress",
+             "--no-progress",
              "--log-steps", str(opts.steps), "--overwrite",
              "--max-seq-length", str(opts.max_seq_length), "--grad-accum", str(opts.grad_accum)]
     if opts.bucket_cap_mb:
@@ -71,28 +71,38 @@ def _train_args(opts: ScalingOptions, batch: int, compression: str, out: Path) -
     return train + (["--model", opts.model] if opts.model else [])
 
 
-def run_one(name: str, nodes: int, compression: str, opts: ScalingOptions,
-            workdir: Path) -> dict[str, Any]:
-    """One job on ``nodes`` namespaced nodes, each one core."""
+def run_on_nodes(name: str, nodes: int, train: list[str], rate: str | None, port: int,
+                 workdir: Path) -> dict[str, Any]:
+    """``cpuft train`` with ``train`` (its output folder ``workdir / name``) on ``nodes``
+    namespaced nodes of one core each (shared when there are more nodes than cores); its
+    summary."""
     from cpuft.bench.netns import namespace_cluster
     from cpuft.launch.request import build_launch
     from cpuft.launch.run import run_job
 
     cores = read_topology().first_thread_per_core()
     out = workdir / name
-    train = _train_args(opts, opts.global_batch // opts.grad_accum // nodes, compression, out)
-    with namespace_cluster(nodes, rate=opts.rate) as cluster:
+    with namespace_cluster(nodes, rate=rate) as cluster:
         hostfile = workdir / f"{name}.hosts"
         hostfile.write_text("".join(f"{h}\n" for h in cluster.hosts))
-        cfg = build_launch(_launch_request(hostfile, opts.port, train))
+        cfg = build_launch(_launch_request(hostfile, port, [*train, "--output-dir", str(out)]))
         for i, host in enumerate(cluster.hosts):
             # one node, one core: what a node of the cluster would have to itself
             cfg.host_env[host].update({"CPUFT_RANK_CORES": str(cores[i % len(cores)]),
                                        "OMP_NUM_THREADS": "1"})
         code = run_job(cfg)
     if code != 0:
-        raise CpuftError(f"scaling run {name} failed (exit code {code})")
-    return _result(nodes, compression, json.loads((out / "summary.json").read_text()))
+        raise CpuftError(f"run {name} on {nodes} namespaced node(s) failed (exit code {code})")
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return summary
+
+
+def run_one(name: str, nodes: int, compression: str, opts: ScalingOptions,
+            workdir: Path) -> dict[str, Any]:
+    """One job on ``nodes`` namespaced nodes, each one core."""
+    train = _train_args(opts, opts.global_batch // opts.grad_accum // nodes, compression)
+    return _result(nodes, compression,
+                   run_on_nodes(name, nodes, train, opts.rate, opts.port, workdir))
 
 
 def run_halves(opts: ScalingOptions) -> dict[str, Any]:

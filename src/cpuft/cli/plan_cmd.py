@@ -39,7 +39,8 @@ def register(sub: Any) -> None:
     c.add_argument("--data", default="", help="training file (default: the recipe's data)")
     c.add_argument("--text-columns", default="", help="the --data file's text columns")
     c.add_argument("--label-column", default="", help="the --data file's label column")
-    c.add_argument("--batch-size", type=int, default=32, help="samples a step on one node")
+    c.add_argument("--batch-size", type=int, default=32,
+                   help="samples a step on one node (without --global-batch)")
     t = p.add_argument_group("the nodes to rent (one of)")
     t.add_argument("--instance", default="", help="an instance of the price table")
     t.add_argument("--cores", type=float, default=0.0, help="physical cores a node")
@@ -82,8 +83,9 @@ def _check(args: argparse.Namespace) -> None:
     check_writable_dir(args.output_dir, "--output-dir")
 
 
-def _calibrate(args: argparse.Namespace, out: Path) -> Path:
-    """Time the job here and write the calibration file; its path."""
+def _calibrate(args: argparse.Namespace, nodes: list[int], out: Path) -> Path:
+    """Time the job here, at each batch a node gets, and write the calibration file; its
+    path."""
     from cpuft.config import config_from
     from cpuft.engine.process import apply_plan
     from cpuft.job.forecast_inputs import calibrate
@@ -91,13 +93,17 @@ def _calibrate(args: argparse.Namespace, out: Path) -> Path:
     from cpuft.topology import read_topology
 
     given = {"recipe": args.recipe, "model": args.model, "max_seq_length": args.seq_len,
-             "train_file": args.data, "batch_size": args.batch_size, "progress": False,
+             "train_file": args.data, "progress": False,
              "compile": "off", "text_columns": args.text_columns.split(",") if
              args.text_columns else None, "label_column": args.label_column or None}
-    cfg = config_from({k: v for k, v in given.items() if v is not None})
+    sizes = ([max(1, args.global_batch // k) for k in nodes] if args.global_batch
+             else [args.batch_size])
+    sizes = sorted({*sizes, max(1, max(sizes) // 2)})  # two at least: a line to read steps off
+    cfg = config_from({k: v for k, v in given.items() if v is not None}
+                      | {"batch_size": sizes[-1]})
     plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=cfg.speedups.pin_cores)
-    print("calibrating: timing steps at the batch and at half of it", file=sys.stderr)
-    inputs = calibrate(cfg, plan, say=lambda line: print(line, file=sys.stderr))
+    print(f"calibrating: timing steps of {', '.join(map(str, sizes))} samples", file=sys.stderr)
+    inputs = calibrate(cfg, plan, sizes, say=lambda line: print(line, file=sys.stderr))
     out.mkdir(parents=True, exist_ok=True)
     path = out / "calibration.json"
     path.write_text(json.dumps({"forecast_inputs": inputs}, indent=2) + "\n")
@@ -155,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     nodes = parse_nodes(args.nodes)
     deadline = parse_duration(args.deadline) if args.deadline else None
     out = Path(args.output_dir)
-    source = _calibrate(args, out) if args.calibrate else Path(args.calibration)
+    source = _calibrate(args, nodes, out) if args.calibrate else Path(args.calibration)
     cal = read_calibration(source)
     target, notes = _target(args, cal.calibration.isa)
     cal = cal.on_link(target.link)
@@ -165,13 +171,18 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"compute: one {target.isa} core trains {ratio:.2f}x as fast as the "
                      f"calibrated {measured_isa} one (cpuft's table, not measured: calibrate "
                      "on such a node for a measured figure)")
+    timed, data = cal.calibration.tokens_per_sample, cal.data_tokens_per_sample
+    if timed and data and abs(data / timed - 1) > 0.01:
+        notes.append(f"compute: in proportion to tokens, the job's data holding {data:.1f} a "
+                     f"sample where the timed steps held {timed:.1f}")
     if target.cores != cal.calibration.cores:
         notes.append(f"compute: scales with physical cores, {cal.calibration.cores:g} calibrated "
                      f"to {target.cores:g} (linear)")
 
     def job_of(k: int) -> Job:
         return Job(samples=args.train_samples, epochs=args.epochs,
-                   global_batch=args.global_batch or cal.samples_per_step * k)
+                   global_batch=args.global_batch or cal.samples_per_step * k,
+                   tokens_per_sample=cal.data_tokens_per_sample)
 
     sheet = plan_sheet(cal, target, job_of, nodes, deadline_s=deadline,
                        min_gain=args.min_gain, notes=notes)

@@ -15,7 +15,7 @@ from cpuft.forecast.model import ISA_SPEED, Calibration
 
 FIXED_SHARE = 0.1
 """Assumed share of a calibrated step that does not shrink with its batch, where one batch
-size was measured."""
+size was timed."""
 HIDDEN_SHARE = 0.3
 """Assumed share of the communication DDP hides behind the backward pass, where no run of
 several nodes was measured."""
@@ -33,6 +33,8 @@ class Calibrated:
     recipe: str = ""
     model: str = ""
     nodes: int = 1
+    data_tokens_per_sample: float = 0.0
+    """Real tokens a sample of the calibrated job's whole training data holds (0: unknown)."""
     comm_wait_seconds: float = 0.0
     """What a step of the calibrated run waited on communication, with ``nodes`` nodes."""
 
@@ -48,6 +50,19 @@ class Calibrated:
             measured=[*self.measured, f"hidden communication: {hidden:.0%} (waited "
                       f"{self.comm_wait_seconds:.3f} s a step of the {raw:.3f} s the link "
                       "needs)"],
+            assumed=[a for a in self.assumed if not a.startswith("hidden communication")])
+
+    def hiding_as(self, other: Calibrated, link: Link) -> Calibrated:
+        """With the hidden share ``other`` (a run of several nodes of the same job) measured on
+        ``link``."""
+        if other.nodes < 2:
+            raise CpuftError("the run to take the hidden share of communication from ran on "
+                             "one node: give a run of several nodes")
+        measured = other.on_link(link)
+        return replace(
+            self, calibration=replace(self.calibration,
+                                      hidden_share=measured.calibration.hidden_share),
+            measured=[*self.measured, *measured.measured[-1:]],
             assumed=[a for a in self.assumed if not a.startswith("hidden communication")])
 
 
@@ -91,24 +106,37 @@ def read_calibration(path: Path) -> Calibrated:
     compute = step - comm_wait
     cores = _number(inputs, "physical_cores", file)
     where = f"{file} ({nodes} node{'s' if nodes > 1 else ''}, {cores:g} cores, {isa})"
-    measured = [f"compute: {compute:.3f} s a step of {samples:g} samples a node, measured in "
-                f"{where}"]
+    tokens = float(inputs.get("tokens_per_sample", 0.0) or 0.0)
+    held = f" ({tokens:.1f} tokens a sample)" if tokens else ""
+    measured = [f"compute: {compute:.3f} s a step of {samples:g} samples a node{held}, measured "
+                f"in {where}"]
     assumed = []
-    if "half_batch_seconds" in inputs:
-        half = _number(inputs, "half_batch_seconds", file)
-        per_sample = max(compute - half, 0.0) / (samples / 2)
-        fixed = max(compute - per_sample * samples, 0.0)
-        measured.append(f"fixed work a step: {fixed:.3f} s (the step timed at half its batch)")
+    steps = [(samples, compute)]
+    timed = inputs.get("step_seconds_by_batch") or {}
+    if not isinstance(timed, dict):
+        raise CpuftError(f"--calibration {file}: step_seconds_by_batch is not a table")
+    for size, seconds in timed.items():
+        try:
+            point = (float(size), float(seconds))
+        except (TypeError, ValueError):
+            raise CpuftError(f"--calibration {file}: step_seconds_by_batch has {size!r}: "
+                             f"{seconds!r}") from None
+        if point[0] > 0 and point[0] != samples:
+            steps.append(point)
+    if len(steps) > 1:
+        measured.append("steps also timed at " + ", ".join(
+            f"{b:g} samples ({t:.3f} s)" for b, t in sorted(steps) if b != samples))
     else:
-        fixed = FIXED_SHARE * compute
-        per_sample = (compute - fixed) / samples
-        assumed.append(f"fixed work a step: {FIXED_SHARE:.0%} of the calibrated step "
-                       "(one batch size measured: cpuft plan --calibrate times two)")
+        steps.append((0.0, FIXED_SHARE * compute))
+        assumed.append(f"fixed work a step: {FIXED_SHARE:.0%} of the calibrated step, the rest "
+                       "in proportion to its samples (one batch size timed: cpuft plan "
+                       "--calibrate times several)")
     cal = Calibration(
-        seconds_per_sample=per_sample, fixed_seconds=fixed, cores=cores, isa=isa,
+        steps=tuple(sorted(steps)), cores=cores, isa=isa,
         dense_gradient_bytes=_number(inputs, "dense_gradient_bytes", file),
         sparse_gradient_bytes=float(inputs.get("sparse_gradient_bytes", 0.0) or 0.0),
-        hidden_share=HIDDEN_SHARE)
+        hidden_share=HIDDEN_SHARE,
+        tokens_per_sample=tokens)
     measured.append(f"gradients: {cal.dense_gradient_bytes / 1e6:.1f} MB dense"
                     + (f" and {cal.sparse_gradient_bytes / 1e6:.2f} MB of sparse rows"
                        if cal.sparse_gradient_bytes else "") + " a step")
@@ -116,4 +144,6 @@ def read_calibration(path: Path) -> Calibrated:
                    "(the calibration ran on one node)")
     return Calibrated(cal, int(samples), measured, assumed, recipe=str(inputs.get("recipe", "")),
                       model=str(inputs.get("model", "")), nodes=nodes,
+                      data_tokens_per_sample=float(inputs.get("data_tokens_per_sample", 0.0)
+                                                   or 0.0),
                       comm_wait_seconds=comm_wait)

@@ -1,12 +1,14 @@
 """A fine-tuning job's time and cost on K nodes, from what one node measured.
 
 A step on K nodes of a global batch G:
-    compute = (fixed + per_sample x G/K) x speed of the calibrated node / speed of the target
+    compute = step(G/K) on the calibrated node x its speed / the target node's speed
     communication = ring all-reduce of the dense gradients + gather of the sparse rows
     step = compute + communication x (1 - hidden share)
-``fixed`` is the work a step does whatever its batch (the optimizer, launching kernels): K nodes
-each do it in full, which is why halving the batch does not halve the step. The hidden share is
-the part of the communication that DDP overlaps with the backward pass.
+``step(b)`` is read off the calibrated node's steps timed at several batch sizes, in straight
+lines between them: a step has work it does whatever its batch (the optimizer, launching
+kernels), which K nodes each do in full, and small matmuls run slower a sample than big ones;
+both are why halving a node's batch does not halve its step. The hidden share is the part of the
+communication that DDP overlaps with the backward pass.
 """
 
 from __future__ import annotations
@@ -27,10 +29,9 @@ class differs from the calibrated node's (where the class is the same, the speed
 class Calibration:
     """One node's measured pace, and what a step of this job sends."""
 
-    seconds_per_sample: float
-    """Compute seconds each sample of a step adds, on the calibrated node."""
-    fixed_seconds: float
-    """Compute seconds a step takes whatever its batch, on the calibrated node."""
+    steps: tuple[tuple[float, float], ...]
+    """(samples, compute seconds) of a step on the calibrated node, by batch size, at least
+    two."""
     cores: float
     """Physical cores the calibrated node trained on."""
     isa: str
@@ -41,6 +42,8 @@ class Calibration:
     """Bytes of sparse gradient rows each node sends a step."""
     hidden_share: float = 0.0
     """The share of communication hidden behind the backward pass."""
+    tokens_per_sample: float = 0.0
+    """Real tokens a sample of the timed steps held (0: not known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,9 @@ class Job:
     samples: int
     epochs: float
     global_batch: int
+    tokens_per_sample: float = 0.0
+    """Real tokens a sample of the job's data holds: a step's compute scales with it against
+    the calibration's (0: as calibrated)."""
 
     @property
     def steps(self) -> int:
@@ -83,10 +89,21 @@ class Forecast:
     cost_spot: float | None
 
 
+def step_seconds(steps: tuple[tuple[float, float], ...], samples: float) -> float:
+    """The step at ``samples`` on the line through the nearest timed batch sizes (beyond them,
+    along the first or last segment)."""
+    points = sorted(steps)
+    i = 1
+    while i < len(points) - 1 and points[i][0] < samples:
+        i += 1
+    (b0, t0), (b1, t1) = points[i - 1], points[i]
+    return max(t0 + (t1 - t0) * (samples - b0) / (b1 - b0), 0.0)
+
+
 def compute_seconds(cal: Calibration, target: Target, samples_per_node: float) -> float:
     """A step's compute on one target node with ``samples_per_node`` samples."""
     speed = target.cores / cal.cores * ISA_SPEED[target.isa] / ISA_SPEED[cal.isa]
-    return (cal.fixed_seconds + cal.seconds_per_sample * samples_per_node) / speed
+    return step_seconds(cal.steps, samples_per_node) / speed
 
 
 def comm_seconds(cal: Calibration, nodes: int, link: Link) -> float:
@@ -95,11 +112,13 @@ def comm_seconds(cal: Calibration, nodes: int, link: Link) -> float:
 
 
 def forecast(cal: Calibration, target: Target, job: Job, nodes: int) -> Forecast:
-    compute = compute_seconds(cal, target, job.global_batch / nodes)
+    longer = (job.tokens_per_sample / cal.tokens_per_sample
+              if job.tokens_per_sample and cal.tokens_per_sample else 1.0)
+    compute = compute_seconds(cal, target, job.global_batch / nodes) * longer
     comm = comm_seconds(cal, nodes, target.link)
     step = compute + comm * (1 - cal.hidden_share)
     wall = step * job.steps
-    one_node = compute_seconds(cal, target, job.global_batch)
+    one_node = compute_seconds(cal, target, job.global_batch) * longer
     hours = wall / 3600 * nodes
 
     def cost(price: float | None) -> float | None:

@@ -14,7 +14,6 @@ from cpuft.config import TrainConfig
 from cpuft.engine.step import Batch
 from cpuft.errors import CpuftError
 from cpuft.job.build import Run, build_run
-from cpuft.metrics.pace import warmup_steps
 from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.topology import read_topology
 
@@ -45,11 +44,15 @@ def forecast_inputs(run: Run, *, seconds_per_step: float, tokens_per_step: float
     topology = read_topology()
     o = run.cfg.optimization
     dense, row = gradient_bytes(run.task.model, run.plan, run.cfg.distributed.grad_compression)
+    lengths = getattr(getattr(run.source, "data", None), "lengths", None) or []
+    samples = o.batch_size * o.grad_accum
     return {
         "recipe": run.cfg.model.recipe,
         "model": run.task.describe().get("model"),
         "seconds_per_step": seconds_per_step,
-        "samples_per_step": o.batch_size * o.grad_accum,
+        "samples_per_step": samples,
+        "tokens_per_sample": tokens_per_step / samples,
+        "data_tokens_per_sample": sum(lengths) / len(lengths) if lengths else 0.0,
         "nodes": nodes,
         "comm_wait_fraction": comm_wait_fraction,
         "physical_cores": run.plan.threads or topology.physical_cores,
@@ -62,37 +65,38 @@ def forecast_inputs(run: Run, *, seconds_per_step: float, tokens_per_step: float
     }
 
 
-def _half(batch: Batch) -> Batch:
-    return {k: v[: max(1, len(v) // 2)] if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
+def _first(batch: Batch, samples: int) -> Batch:
+    return {k: v[:samples] if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def calibrate(cfg: TrainConfig, plan: SpeedPlan, steps: int = 8,
+def calibrate(cfg: TrainConfig, plan: SpeedPlan, sizes: list[int], steps: int = 12,
               say: Any = print) -> dict[str, Any]:
-    """Time ``steps`` steps of ``cfg``'s job on this node at its batch and at half of it (after
-    a warm-up); the forecast inputs with ``half_batch_seconds``."""
+    """Time ``steps`` steps of ``cfg``'s job on this node at each batch size of ``sizes`` (the
+    largest is ``cfg``'s batch), in turns, after a warm-up: the first rows of the same batches.
+    The forecast inputs with ``step_seconds_by_batch``: each size's mean step, as a run's varied
+    lengths (and the new shapes they bring) make it."""
     run = build_run(cfg, plan, say=say)
     step = run.train_step()
-    warm = warmup_steps(steps + 1)
-    batches = []
-    for _, batch in zip(range(steps + warm), run.source.iterate(0), strict=False):
-        batches.append(batch)
-    timed: dict[bool, list[float]] = {False: [], True: []}
+    batch_size = cfg.optimization.batch_size
+    sizes = sorted({min(max(1, s), batch_size) for s in [*sizes, batch_size]})
+    warm = 2
+    timed: dict[int, list[float]] = {s: [] for s in sizes}
     tokens = []
-    for i, batch in enumerate(batches):
-        for halved in (False, True):  # in turns, so that drift weighs on both alike
+    for i, batch in zip(range(steps + warm), run.source.iterate(0), strict=False):
+        for size in sizes if i % 2 else sizes[::-1]:  # in turns: drift weighs on all alike
             started = time.perf_counter()
-            stats = step(_half(batch) if halved else batch)
+            stats = step(_first(batch, size))
             if i >= warm:
-                timed[halved].append(time.perf_counter() - started)
-                if not halved:
+                timed[size].append(time.perf_counter() - started)
+                if size == batch_size:
                     tokens.append(stats.tokens)
-    if not timed[False]:
-        raise CpuftError("--calibrate: the data gave no batch to time")
-    full = sorted(timed[False])[len(timed[False]) // 2]
-    half = sorted(timed[True])[len(timed[True]) // 2]
-    inputs = forecast_inputs(run, seconds_per_step=full,
+    if not tokens:
+        raise CpuftError("--calibrate: the data gave too few batches to time")
+    means = {s: sum(t) / len(t) for s, t in timed.items()}
+    inputs = forecast_inputs(run, seconds_per_step=means[batch_size],
                              tokens_per_step=sum(tokens) / len(tokens),
                              comm_wait_fraction=0.0, nodes=1)
-    return {**inputs, "samples_per_step": cfg.optimization.batch_size,
-            "half_batch_seconds": half, "steps_timed": len(timed[False])}
+    return {**inputs, "samples_per_step": batch_size,
+            "tokens_per_sample": sum(tokens) / len(tokens) / batch_size,
+            "step_seconds_by_batch": {str(s): t for s, t in means.items()},
+            "steps_timed": len(tokens)}
