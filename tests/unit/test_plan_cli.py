@@ -34,11 +34,15 @@ def test_plan_forecasts_each_node_count_and_draws_it(tmp_path, capsys):
 
 def test_plan_on_nodes_described_by_hand_with_a_fixed_global_batch(tmp_path, capsys):
     summary = calibration_file(tmp_path / "run")
+    two_nodes = calibration_file(tmp_path / "two", nodes=2, comm_wait_fraction=0.1)
     code = main(["plan", "--calibration", str(summary), "--train-samples", "3200",
                  "--nodes", "1,2", "--cores", "2", "--link-gbit", "10", "--global-batch", "32",
-                 "--output-dir", str(tmp_path / "p"), "--json"])
+                 "--hidden-from", str(two_nodes.parent), "--output-dir", str(tmp_path / "p"),
+                 "--json"])
     sheet = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0
+    # 0.05 s waited of the 0.0721 s 90 MB take on 10 Gbit/s between 2 nodes
+    assert sheet["calibration"]["hidden_share"] == pytest.approx(1 - 0.05 / 0.0721, abs=1e-3)
     one, two = sheet["nodes"]
     # The calibrated node itself: 100 steps of the 0.5 s it measured
     assert one["wall_seconds"] == pytest.approx(50.0)

@@ -88,21 +88,6 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {v}" for v in verdicts(report)) + "\n"
 
 
-def print_table(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="cpuft bench")
-    for c in COLUMNS:
-        table.add_column(c, justify="left" if c in ("model", "configuration") else "right")
-    for r in rows(report):
-        table.add_row(*r)
-    console = Console(width=max(Console().width, 110))
-    console.print(table)
-    for v in verdicts(report):
-        console.print(v, highlight=False)
-
-
 def bar_chart(report: dict[str, Any], path: Path) -> None:
     import matplotlib
 

@@ -188,8 +188,9 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cpuft.bench.report import bar_chart, markdown, print_table
+    from cpuft.bench.report import COLUMNS, bar_chart, markdown, rows, verdicts
     from cpuft.bench.runner import BenchOptions, run_bench
+    from cpuft.cli.output import print_table
 
     check_args(args)
     if args.scaling:
@@ -206,5 +207,6 @@ def run(args: argparse.Namespace) -> int:
         "bench.json": lambda p: p.write_text(json.dumps(report, indent=2) + "\n"),
         "bench.png": lambda p: bar_chart(report, p),
     })
-    print_table(report)
+    print_table("cpuft bench", COLUMNS, rows(report), verdicts(report),
+                left=("model", "configuration"))
     return finish(report, saved)

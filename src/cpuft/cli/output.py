@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,23 @@ def emit(rep: dict[str, Any], as_json: bool, print_report: Callable[[dict[str, A
     else:
         print_report(rep)
     return 0 if rep["ok"] else 1
+
+
+def print_table(title: str, columns: Sequence[str], rows: list[list[str]], lines: list[str],
+                left: Sequence[str] = ()) -> None:
+    """A table (the ``left`` columns aligned left, the rest right), then ``lines``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, justify="left" if c in left else "right")
+    for r in rows:
+        table.add_row(*r)
+    console = Console(width=max(Console().width, 110))
+    console.print(table)
+    for line in lines:
+        console.print(line, highlight=False)
 
 
 def findings_table(title: str, findings: list[dict[str, Any]], with_host: bool = False) -> Any:

@@ -33,6 +33,9 @@ def register(sub: Any) -> None:
                    help="a run folder of cpuft train, its summary.json, or a calibration file")
     c.add_argument("--calibrate", action="store_true",
                    help="time this job here first (under a minute), with the flags below")
+    c.add_argument("--hidden-from", default="",
+                   help="a run folder of the same job on several nodes (its link given here): "
+                        "the share of communication it hid behind the backward pass")
     c.add_argument("--recipe", default="classifier", help="classifier or causal-lm")
     c.add_argument("--model", default="", help="model folder (default: the recipe's)")
     c.add_argument("--seq-len", type=int, default=128, help="max sequence length")
@@ -74,9 +77,11 @@ def _check(args: argparse.Namespace) -> None:
         raise CpuftError("give --calibration RUN_DIR or --calibrate (one of them)")
     if bool(args.instance) == bool(args.cores):
         raise CpuftError("give --instance NAME or --cores C with --link-gbit G (one of them)")
-    if (args.cores and args.cores < 0) or (args.cores and (args.link_gbit <= 0 and not
-                                                      args.cluster_check)):
-        raise CpuftError("--cores needs --link-gbit G (or --cluster-check FILE), both positive")
+    if args.cores < 0 or args.link_gbit < 0 or args.latency_us < 0 or args.price_per_hour < 0:
+        raise CpuftError("--cores, --link-gbit, --latency-us and --price-per-hour must be "
+                         "positive")
+    if args.cores and not args.link_gbit and not args.cluster_check:
+        raise CpuftError("--cores needs --link-gbit G (or --cluster-check FILE)")
     if args.global_batch < 0 or args.batch_size < 1 or not 0 < args.min_gain <= 1:
         raise CpuftError("--global-batch, --batch-size and --min-gain (at most 1) must be "
                          "positive")
@@ -165,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     cal = read_calibration(source)
     target, notes = _target(args, cal.calibration.isa)
     cal = cal.on_link(target.link)
+    if args.hidden_from:
+        cal = cal.hiding_as(read_calibration(Path(args.hidden_from)), target.link)
     measured_isa = cal.calibration.isa
     if target.isa != measured_isa:
         ratio = ISA_SPEED[target.isa] / ISA_SPEED[measured_isa]
@@ -197,19 +204,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(sheet: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+    from cpuft.cli.output import print_table
     from cpuft.forecast.sheet import COLUMNS, table_rows, verdicts
 
     t = sheet["target"]
-    table = Table(title=f"cpuft plan: {sheet['model'] or sheet['recipe']} on {t['name']} "
-                        f"({t['cores']:g} cores, {t['isa']}, {t['link_gbit']:g} Gbit/s)")
-    for col in COLUMNS:
-        table.add_column(col, justify="right")
-    for row in table_rows(sheet):
-        table.add_row(*row)
-    console = Console(width=max(Console().width, 110))
-    console.print(table)
-    for line in verdicts(sheet):
-        console.print(line, highlight=False)
+    print_table(f"cpuft plan: {sheet['model'] or sheet['recipe']} on {t['name']} "
+                f"({t['cores']:g} cores, {t['isa']}, {t['link_gbit']:g} Gbit/s)",
+                COLUMNS, table_rows(sheet), verdicts(sheet))

@@ -4,13 +4,14 @@ past which a node stops paying, every assumption; as a document, a table and a c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from cpuft.errors import CpuftError
 from cpuft.forecast.calibration import Calibrated
-from cpuft.forecast.model import Target, cheapest_within, forecast, last_paying
+from cpuft.forecast.model import Job, Target, cheapest_within, forecast, last_paying
 
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -45,7 +46,8 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600:.0f}h{seconds % 3600 / 60:02.0f}m"
 
 
-def plan_sheet(cal: Calibrated, target: Target, job_of: Any, nodes: list[int], *,
+def plan_sheet(cal: Calibrated, target: Target, job_of: Callable[[int], Job], nodes: list[int],
+               *,
                deadline_s: float | None, min_gain: float, notes: list[str]) -> dict[str, Any]:
     """The document: ``job_of(k)`` is the job on k nodes (its global batch may grow with k)."""
     runs = [forecast(cal.calibration, target, job_of(k), k) for k in nodes]
