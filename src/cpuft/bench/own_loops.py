@@ -116,6 +116,7 @@ def _channels_last(x: torch.Tensor) -> torch.Tensor:
 
 def set_up(config: str, model: nn.Module, lr: float, weight_decay: float,
            example_input: torch.Tensor) -> Loop:
+    """``config``'s loop around ``model``; ``example_input`` is a batch of its inputs."""
     import cpuft
 
     if config == "plain-fp32":

@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="measure cpuft against the stock ways",
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer steps (about 5-10 minutes)")
+    p.add_argument("--quick", action="store_true", help="fewer steps (about 20 minutes on 2 cores)")
     p.add_argument("--models", default="",
                    help="comma-separated: minilm, bert-base (random weights), smollm2-lora, "
                         "smollm2-full, cnn, rnn, classifier model folders, or lora:PATH / "
