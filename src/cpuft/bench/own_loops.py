@@ -19,7 +19,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -28,9 +27,8 @@ from torch import nn
 
 from cpuft.bench.measure import pace, peak_memory_mb, run_fields
 from cpuft.bench.profile import profile_steps
-from cpuft.bench.spec import EXAMPLES, LOOP_MODELS
+from cpuft.bench.spec import example_path
 from cpuft.bench.trainer import trainer_best_precision
-from cpuft.errors import CpuftError
 from cpuft.topology import read_topology
 
 CLASSES = 10
@@ -48,14 +46,10 @@ class Workload:
     tokens: list[int]
 
 
-def example(model: str, folder: Path = EXAMPLES) -> ModuleType:
+def example(model: str) -> ModuleType:
     """The module of the example whose model ``model`` (cnn, rnn) is, from the checkout."""
-    name = LOOP_MODELS[model]
-    path = folder / f"{name}.py"
-    if not path.is_file():
-        raise CpuftError(f"cpuft bench --models {model} trains the model of {name}.py, which "
-                         f"is not in {folder}: run it from a source checkout of cpuft")
-    spec = importlib.util.spec_from_file_location(f"cpuft_example_{name}", path)
+    path = example_path(model)
+    spec = importlib.util.spec_from_file_location(f"cpuft_example_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -26,6 +26,18 @@ LOOP_LR = {"cnn": 3e-3, "rnn": 2e-3}
 """The examples' learning rates."""
 
 
+def example_path(model: str) -> Path:
+    """The example file whose model the loop model ``model`` trains; a CpuftError where the
+    checkout has none."""
+    from cpuft.errors import CpuftError
+
+    path = EXAMPLES / f"{LOOP_MODELS[model]}.py"
+    if not path.is_file():
+        raise CpuftError(f"--models {model} trains the model of {path.name}, which is not in "
+                         f"{EXAMPLES}: run cpuft bench from a source checkout")
+    return path
+
+
 def configs_for(model: str) -> tuple[str, ...]:
     """The configurations a model is measured in, in order."""
     if model in LOOP_MODELS:

@@ -147,7 +147,7 @@ RATE = re.compile(r"\d+(\.\d+)?([kmgt]?(bit|bps))")
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse what cannot run before anything starts (the runs take minutes)."""
-    from cpuft.bench.spec import EXAMPLES, LM_MODELS, LOOP_MODELS, MODELS, lm_model
+    from cpuft.bench.spec import LM_MODELS, LOOP_MODELS, MODELS, example_path, lm_model
     from cpuft.cli.output import check_writable_dir
     from cpuft.errors import CpuftError
     from cpuft.recipes.hf_models import folder_sequence_limit, resolve_causal_lm
@@ -168,10 +168,7 @@ def check_args(args: argparse.Namespace) -> None:
         if model in LOOP_MODELS:
             if args.scaling:
                 raise CpuftError(f"--scaling measures classifiers: {model} is a loop model")
-            if not (EXAMPLES / f"{LOOP_MODELS[model]}.py").is_file():
-                raise CpuftError(f"--models {model} trains the model of "
-                                 f"{LOOP_MODELS[model]}.py, which is not in {EXAMPLES}: run "
-                                 "cpuft bench from a source checkout")
+            example_path(model)
             continue
         if model not in MODELS and not Path(model).is_dir():
             raise CpuftError(f"--models: {model!r} is neither {', '.join(MODELS)}, "

@@ -166,7 +166,6 @@ class _Loop:
                                     loss_fn=loss_fn, forward_model=forward_model, dist=dist)
         self.step = self.epoch = self.position = 0
         self.saved_step = 0
-        self.started = time.perf_counter()
         self.is_main = dist is None or dist.info.is_main
         self.result = FitResult(steps=0, samples=0, tokens=0, train_seconds=0.0,
                                 final_loss=math.nan,
