@@ -19,13 +19,11 @@ import time
 import torch
 
 from cpuft.config import config_from
-from cpuft.engine.process import apply_plan
 from cpuft.plan.choices import MATMUL_ATTENTION
-from cpuft.plan.speed_plan import make_plan
 from cpuft.recipes.causal_lm import apply_lora
 from cpuft.recipes.hf_models import load_causal_lm, resolve_causal_lm
+from cpuft.runtime import start
 from cpuft.speedups.attention import register_attention
-from cpuft.topology import read_topology
 
 ATTENTIONS = (MATMUL_ATTENTION, "sdpa")
 
@@ -47,8 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = config_from({"recipe": "causal-lm", "model": args.model, "lora_r": args.lora_r,
                        "lora_dropout": 0.0})
-    topo = read_topology()
-    apply_plan(make_plan(cfg, topo), pin_cores=True)
+    runtime = start(cfg)
     model, _ = load_causal_lm(*resolve_causal_lm(cfg.model.model))
     model = apply_lora(model, cfg)
     model.train()
@@ -71,7 +68,7 @@ def main() -> None:
                                "batch": ids.shape[0]}
         print(f"{length:5d} tokens x {ids.shape[0]}: matmul {seconds[MATMUL_ATTENTION]:.2f}s, "
               f"sdpa {seconds['sdpa']:.2f}s: sdpa takes {ratio:.3f}x matmul's time", flush=True)
-    print(json.dumps({"cpu": topo.model_name, "threads": torch.get_num_threads(),
+    print(json.dumps({"cpu": runtime.topology.model_name, "threads": torch.get_num_threads(),
                       "lora_r": args.lora_r, "rounds": args.rounds, "lengths": report}))
 
 

@@ -22,7 +22,7 @@ from cpuft.recipes.causal_lm import (
     DEFAULT_JOB_SAMPLES,
     DEFAULT_TASK,
     builtin_rows,
-    seeded_subset,
+    subset_rows,
 )
 from cpuft.recipes.hf_models import resolve_causal_lm
 
@@ -49,7 +49,7 @@ def main() -> None:
                                                          if gguf_file else {}))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    rows = seeded_subset(builtin_rows(args.task)["train"], args.samples)
+    rows = subset_rows(builtin_rows(args.task)["train"], args.samples)
     lengths = encode_lm(rows, tokenizer, args.max_seq_length).lengths
     report = {"task": args.task, "samples": len(lengths), "batch_size": args.batch_size,
               "mean_tokens": sum(lengths) / len(lengths)}

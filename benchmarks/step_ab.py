@@ -24,11 +24,9 @@ from typing import Any
 from cpuft.config import config_from
 from cpuft.config.fields import settings
 from cpuft.data.batching import TokenBatches
-from cpuft.engine.process import apply_plan
 from cpuft.engine.step import TrainStep
 from cpuft.job.build import build_run
-from cpuft.plan.speed_plan import make_plan
-from cpuft.topology import read_topology
+from cpuft.runtime import start
 
 DEFAULT_VARIANTS = (
     "cpuft:",
@@ -61,13 +59,12 @@ def main() -> None:
     variants = {name: {**base, **overrides} for name, overrides in
                 (parse_variant(v) for v in (args.variant or DEFAULT_VARIANTS))}
 
-    topo = read_topology()
-    apply_plan(make_plan(config_from({}), topo), pin_cores=True)
+    runtime = start(config_from({"seed": 0, **base}))
     steps: dict[str, TrainStep] = {}
     source = None
     for name, overrides in variants.items():
         cfg = config_from({"seed": 0, **overrides})  # seed 0: every variant's model alike
-        run = build_run(cfg, make_plan(cfg, topo), say=lambda _line: None)
+        run = build_run(cfg, runtime.plan_for(cfg), say=lambda _line: None)
         run.task.model.train()
         steps[name] = run.train_step()
         if source is None:
@@ -87,7 +84,7 @@ def main() -> None:
             if i >= WARMUP:
                 seconds[name] += time.perf_counter() - started
     first = next(iter(seconds))
-    report = {"cpu": read_topology().model_name, "batches": len(batches) - WARMUP,
+    report = {"cpu": runtime.topology.model_name, "batches": len(batches) - WARMUP,
               "batch_size": args.batch_size, "seconds": seconds,
               f"slowdown_vs_{first}": {k: v / seconds[first] for k, v in seconds.items()}}
     for name, value in seconds.items():

@@ -157,3 +157,21 @@ def test_compile_on_trains_with_every_speed_up(tiny_model, data_file, tmp_path):
     assert summary["compile"] == "on" and summary["steps"] == 3
     assert summary["speedups"]["bf16_weights"] is True and summary["speedups"]["fast_dropout"]
     assert len(losses(out)) == 3 and all(math.isfinite(x) for x in losses(out))
+
+
+def test_a_classifier_trains_and_evaluates_on_seeded_subsets(tiny_model, data_file, tmp_path,
+                                                              capsys):
+    """44 rows: 39 to train and 5 held out by --validation-split 0.1 (stratified); the subsets
+    are the same rows on every run."""
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        assert main(train_args(tiny_model, data_file, out, "--max-steps", "1",
+                               "--max-train-samples", "12", "--max-eval-samples", "3")) == 0
+        runs.append(json.loads((out / "summary.json").read_text()))
+    said = capsys.readouterr().out
+    assert "train: a seeded subset of 12 of its 39 samples" in said
+    assert "validation: a seeded subset of 3 of its 5 samples" in said
+    assert [r["train_samples"] for r in runs] == [12, 12]
+    assert runs[0]["eval"] == runs[1]["eval"]
+    assert runs[0]["eval"]["accuracy"] in (0.0, 1 / 3, 2 / 3, 1.0)  # three samples scored

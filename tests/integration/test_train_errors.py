@@ -126,3 +126,22 @@ def test_hub_id_unreachable_without_offline_flag(capsys, monkeypatch, tmp_path, 
     code, err = run_main(capsys, base("someone/some-model", out, "--train-file", str(good_csv),
                                       "--text-columns", "text"))
     assert_clean_failure(code, err, out, "offline")
+
+
+@pytest.mark.parametrize("extra, setting, owner", [
+    (["--lora-r", "16"], "--lora-r", "causal-lm"),
+    (["--merge"], "--merge", "causal-lm"),
+    (["--gradient-checkpointing"], "--gradient-checkpointing", "causal-lm"),
+    (["--recipe", "causal-lm", "--text-columns", "text"], "--text-columns", "classifier"),
+])
+def test_another_recipes_setting_is_refused(capsys, tiny_model, tmp_path, extra, setting, owner):
+    out = tmp_path / "o"
+    code, err = run_main(capsys, base(tiny_model, out, *extra))
+    assert_clean_failure(code, err, out, f"{setting} is a setting of the {owner} recipe")
+
+
+def test_another_recipes_setting_in_a_config_file_is_refused(capsys, tiny_model, tmp_path):
+    (tmp_path / "run.toml").write_text("[model]\nlora_alpha = 32\n")
+    out = tmp_path / "o"
+    code, err = run_main(capsys, base(tiny_model, out, "--config", str(tmp_path / "run.toml")))
+    assert_clean_failure(code, err, out, "--lora-alpha is a setting of the causal-lm recipe")

@@ -75,6 +75,11 @@ def test_dict_batches_use_the_models_own_loss() -> None:
 def test_bad_settings_and_data_say_so_in_one_line() -> None:
     with pytest.raises(CpuftError, match="unknown setting 'learning_rate'"):
         cpuft.fit(_model(), _loader(), learning_rate=1.0)
+    with pytest.raises(CpuftError, match=r"lora_r is a cpuft train setting that cpuft\.fit "
+                       "does not read"):
+        cpuft.fit(_model(), _loader(), lora_r=16, **SETTINGS)
+    with pytest.raises(CpuftError, match="batch_size is a cpuft train setting"):
+        cpuft.fit(_model(), _loader(), batch_size=16, **SETTINGS)
     with pytest.raises(CpuftError, match="the data has no length: pass max_steps"):
         cpuft.fit(_model(), iter([]), criterion=nn.functional.cross_entropy, **SETTINGS)
     with pytest.raises(CpuftError, match="the data ran out before max_steps"):

@@ -13,7 +13,7 @@ LAYERS = [
     {"errors", "paths", "topology", "config", "plan", "launch", "forecast",
      "report"},  # torch-free
     {"kernels", "data", "metrics", "distributed", "optim", "envlock"},
-    {"speedups"},
+    {"speedups", "runtime"},
     {"engine"},
     {"recipes"},
     {"job", "doctor", "api"},

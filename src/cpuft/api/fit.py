@@ -22,20 +22,15 @@ from cpuft.config.fields import settings
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.engine.fit import FitResult
 from cpuft.engine.fit import fit as engine_fit
-from cpuft.engine.process import apply_plan
 from cpuft.engine.step import Batch, LossFn
 from cpuft.errors import CpuftError
 from cpuft.job.build import fit_config
 from cpuft.job.outdir import metric_sinks
 from cpuft.metrics import MetricLogger
-from cpuft.plan.resolve import settle_precision
-from cpuft.plan.speed_plan import SpeedPlan, make_plan
+from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.runtime import start
 from cpuft.speedups.apply import apply_speedups
 from cpuft.speedups.bf16_weights import why_weights_stay_fp32
-from cpuft.topology import read_topology
-
-OWN_LOOP_OFF = {"sparse_embeddings": "off in cpuft.fit: for recipes' embeddings only",
-                "counted_logits": "off in cpuft.fit: the loss is the model's or loss_fn's"}
 
 
 @dataclass
@@ -133,12 +128,23 @@ def pair_loss(criterion: Callable[[Any, Any], torch.Tensor]) -> LossFn:
     return loss
 
 
+NOT_READ = {"batch_size", "eval_batch_size", "dynamic_padding", "group_by_length",
+            "gradient_checkpointing"}
+"""cpuft train settings of how batches and models are made, which cpuft.fit takes as given
+(with the whole model and data sections)."""
+
+
 def _config(settings_given: dict[str, Any]) -> TrainConfig:
     known = settings()
     unknown = sorted(set(settings_given) - set(known))
     if unknown:
         raise CpuftError(f"cpuft.fit: unknown setting {unknown[0]!r} (the names are cpuft "
                          "train's flags, with _ for -)")
+    unread = sorted(name for name in settings_given
+                    if known[name].section in ("model", "data") or name in NOT_READ)
+    if unread:
+        raise CpuftError(f"cpuft.fit: {unread[0]} is a cpuft train setting that cpuft.fit does "
+                         "not read: it trains the model and the batches you give it")
     return config_from(settings_given)
 
 
@@ -162,16 +168,10 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     out = Path(cfg.output.output_dir) if cfg.output.output_dir else None
     if cfg.output.resume and out is None:
         raise CpuftError("cpuft.fit: resume=True needs the output_dir of the run to resume")
-    from cpuft.distributed import context
-
-    dist = context(cfg.distributed.backend)
+    runtime = start(cfg, own_loop=True)
+    dist = runtime.dist
     rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
-    plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=cfg.speedups.pin_cores)
-    plan = settle_precision(plan, cfg.speedups.precision,
-                            dist.on_every_rank if dist else None)
-    plan = plan.but(compile="off", compile_reason="off in cpuft.fit: call torch.compile "
-                    "yourself").without(OWN_LOOP_OFF)
-    plan = apply_speedups(model, plan, example_input)
+    plan = apply_speedups(model, runtime.plan, example_input)
     o = cfg.optimization
     source = IterableBatches(data, seed=o.seed, max_batches=o.max_steps * o.grad_accum,
                              rank=rank, world_size=world,

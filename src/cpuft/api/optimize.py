@@ -22,25 +22,17 @@ from cpuft.api.optimizer import Bf16Optimizer, save_masters
 from cpuft.config import SpeedupConfig, TrainConfig
 from cpuft.config.build import validate
 from cpuft.config.sections import Attention, Precision
-from cpuft.distributed import joined
-from cpuft.engine.process import apply_plan
 from cpuft.engine.step import autocast_for
 from cpuft.errors import CpuftError
-from cpuft.plan.resolve import settle_precision
-from cpuft.plan.speed_plan import SpeedPlan, make_plan
+from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.runtime import preview, start
 from cpuft.speedups.apply import apply_speedups
 from cpuft.speedups.bf16_weights import Bf16Weights, why_weights_stay_fp32
-from cpuft.topology import read_topology
 
 _PLANS: weakref.WeakKeyDictionary[nn.Module, SpeedPlan] = weakref.WeakKeyDictionary()
 """The plan of each optimized model."""
 _LATEST: list[SpeedPlan] = []
 """The plan of the model optimized last."""
-NOT_FOR_OWN_LOOPS = {
-    "sparse_embeddings": "off in cpuft.optimize: torch's optimizers take dense gradients",
-    "counted_logits": "off in cpuft.optimize: a loop of your own may read every position's "
-                      "logits",
-}
 FUSABLE = (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, torch.optim.Adagrad)
 
 
@@ -96,12 +88,7 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
                              pin_cores=pin_cores, compile="off")
     cfg = TrainConfig(speedups=speedups)
     validate(cfg)
-    plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=pin_cores)
-    job = joined()
-    plan = settle_precision(plan, precision, job.on_every_rank if job is not None else None)
-    plan = plan.but(compile_reason="off in cpuft.optimize: call torch.compile yourself")
-    plan = plan.without(NOT_FOR_OWN_LOOPS)
-    plan = apply_speedups(model, plan, example_input)
+    plan = apply_speedups(model, start(cfg, own_loop=True, join=False).plan, example_input)
     plan, optimizer = _weights_and_optimizer(model, optimizer, plan)
     _PLANS[model] = plan
     _LATEST[:] = [plan]
@@ -149,7 +136,4 @@ def report_plan(model: nn.Module | None = None) -> dict[str, Any]:
     """What cpuft chose and why, as summary.json's ``plan``: for ``model`` (or the model
     optimized last), or, before any ``optimize``, for a default run on this machine."""
     plan = _plan_of(model)
-    if plan is None:
-        plan = settle_precision(make_plan(TrainConfig(), read_topology()), "auto")
-        plan = plan.but(compile="off", compile_reason="not run")
-    return plan.to_dict()
+    return (plan or preview()).to_dict()

@@ -44,15 +44,13 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
     from cpuft.config import config_from
     from cpuft.data.batching import TokenBatches, epoch_batches, shard
     from cpuft.job.build import build_run
-    from cpuft.plan.speed_plan import make_plan
     from cpuft.recipes.classifier import ClassifierTask
-    from cpuft.topology import read_topology
+    from cpuft.runtime import start
 
-    os.sched_setaffinity(0, {spec.core})
-    torch.set_num_threads(1)
+    os.sched_setaffinity(0, {spec.core})  # a one-core node's set-up: one thread, on this core
     cfg = config_from({"model": spec.model, "max_seq_length": spec.max_seq_length, "seed": 0})
     # as the nodes' runs settle the precision and patch the model
-    run = build_run(cfg, make_plan(cfg, read_topology()), say=lambda _line: None)
+    run = build_run(cfg, start(cfg).plan, say=lambda _line: None)
     assert isinstance(run.task, ClassifierTask)
     run.task.model.train()
     train_step = run.train_step()

@@ -32,13 +32,11 @@ from cpuft.config import TrainConfig, config_from
 from cpuft.data.lm import IGNORE
 from cpuft.data.prepare import Encoded
 from cpuft.engine.fit import fit
-from cpuft.engine.process import apply_plan
 from cpuft.engine.step import batch_counts
 from cpuft.job.build import build_run
-from cpuft.plan.speed_plan import make_plan
 from cpuft.recipes.causal_lm import CausalLmRecipe, CausalLmTask
 from cpuft.recipes.lm_eval import choice_accuracy, lm_loss
-from cpuft.topology import read_topology
+from cpuft.runtime import start
 
 EVAL_BATCH = 32
 
@@ -113,8 +111,7 @@ def run_lm(spec: Any) -> dict[str, Any]:
     profile: dict[str, Any] = {}
     optimizer_kernel = ""
     if spec.config == "cpuft":
-        plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=True)
-        run = build_run(cfg, plan, say=lambda _line: None)
+        run = build_run(cfg, start(cfg).plan, say=lambda _line: None)
         task = run.task
         assert isinstance(task, CausalLmTask)
         loading = reset_peak_memory()

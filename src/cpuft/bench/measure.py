@@ -14,7 +14,7 @@ def run_fields(spec: Any, precision: str, reason: str, optimizer_kernel: str) ->
     """What every worker's result says of the run itself: which, in what precision, on what."""
     import torch
 
-    from cpuft.engine.process import loaded_allocator
+    from cpuft.runtime.process import loaded_allocator
 
     return {"config": spec.config, "model": spec.model, "precision": precision,
             "precision_reason": reason, "optimizer_kernel": optimizer_kernel,

@@ -7,17 +7,14 @@ import itertools
 import time
 from typing import Any
 
-from cpuft.config import TrainConfig
 from cpuft.data.batching import epoch_batches
-from cpuft.plan.resolve import settle_precision
-from cpuft.plan.speed_plan import make_plan
-from cpuft.topology import read_topology
+from cpuft.runtime import preview
 
 
 def trainer_best_precision() -> tuple[str, str]:
     """bf16 where native and faster: the same measured rule as cpuft's, so that neither side
     loses by a precision that is slower on this CPU."""
-    plan = settle_precision(make_plan(TrainConfig(), read_topology()), "auto")
+    plan = preview()
     return str(plan.precision), plan.precision_reason
 
 

@@ -29,15 +29,13 @@ from cpuft.config import TrainConfig, config_from
 from cpuft.data.batching import Collator
 from cpuft.data.prepare import Encoded
 from cpuft.engine.fit import fit
-from cpuft.engine.process import apply_plan
 from cpuft.engine.step import batch_counts
 from cpuft.job.build import build_run
 from cpuft.plan.probe import matmul_gflops
-from cpuft.plan.speed_plan import make_plan
 from cpuft.recipes.classifier import ClassifierRecipe, ClassifierTask
 from cpuft.recipes.classifier_eval import evaluate
 from cpuft.recipes.hf_models import default_model_path, load_tokenizer
-from cpuft.topology import read_topology
+from cpuft.runtime import start
 
 
 def run_config(spec: RunSpec) -> TrainConfig:
@@ -119,8 +117,7 @@ def train_with_cpuft(spec: RunSpec) -> tuple[ClassifierTask, tuple[str, str], li
     """The task cpuft trained, the precision with its reason, the per-step seconds and real
     tokens, and how the optimizer stepped bf16 weights."""
     cfg = run_config(spec)
-    plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=True)
-    run = build_run(cfg, plan, recipe=recipe(spec), say=lambda _line: None)
+    run = build_run(cfg, start(cfg).plan, recipe=recipe(spec), say=lambda _line: None)
     result = fit(run.task.model, run.source, run.fit_config())
     assert isinstance(run.task, ClassifierTask)
     return (run.task, (str(run.plan.precision), run.plan.precision_reason), result.step_seconds,

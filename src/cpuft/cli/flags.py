@@ -24,7 +24,8 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
         kwargs: dict[str, Any] = {
             "dest": s.name,
             "default": argparse.SUPPRESS,
-            "help": f"{s.help} (default: {s.default!r})",
+            "help": (f"{s.help} (default: {s.default!r}"
+                     + (f"; {s.recipe} recipe only)" if s.recipe else ")")),
         }
         if s.kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction

@@ -92,10 +92,8 @@ def _calibrate(args: argparse.Namespace, nodes: list[int], out: Path) -> Path:
     """Time the job here, at each batch a node gets, and write the calibration file; its
     path."""
     from cpuft.config import config_from
-    from cpuft.engine.process import apply_plan
     from cpuft.job.forecast_inputs import calibrate
-    from cpuft.plan.speed_plan import make_plan
-    from cpuft.topology import read_topology
+    from cpuft.runtime import start
 
     given = {"recipe": args.recipe, "model": args.model, "max_seq_length": args.seq_len,
              "train_file": args.data, "progress": False,
@@ -106,7 +104,7 @@ def _calibrate(args: argparse.Namespace, nodes: list[int], out: Path) -> Path:
     sizes = sorted({*sizes, max(1, max(sizes) // 2)})  # two at least: a line to read steps off
     cfg = config_from({k: v for k, v in given.items() if v is not None}
                       | {"batch_size": sizes[-1]})
-    plan = apply_plan(make_plan(cfg, read_topology()), pin_cores=cfg.speedups.pin_cores)
+    plan = start(cfg).plan
     print(f"calibrating: timing steps of {', '.join(map(str, sizes))} samples", file=sys.stderr)
     inputs = calibrate(cfg, plan, sizes, say=lambda line: print(line, file=sys.stderr))
     out.mkdir(parents=True, exist_ok=True)

@@ -42,13 +42,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from cpuft.distributed.env import rank_info
     from cpuft.launch.reexec import already_reexecuted, reexec
-    from cpuft.plan.allocator import allocator_env
-    from cpuft.plan.speed_plan import make_plan
-    from cpuft.topology import read_topology
+    from cpuft.plan.allocator import allocator_env, choose_allocator
 
     cfg = config_from_args(args)
     me = rank_info(os.environ)
@@ -60,31 +56,16 @@ def run(args: argparse.Namespace) -> int:
         return run_job(build_launch(request))
     if me.distributed:
         prefix_output(os.environ.get("CPUFT_HOST", "localhost"), me.rank)
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
-        # torchrun restarted the workers after a failure: continue from the last checkpoint.
-        from pathlib import Path
-
-        from cpuft.engine.checkpoint import latest_checkpoint
-
-        found = latest_checkpoint(Path(cfg.output.output_dir)) is not None
-        cfg = replace(cfg, output=replace(cfg.output, resume=found, overwrite=not found))
-    plan = make_plan(cfg, read_topology())
-    preload = allocator_env(plan.allocator, plan.allocator_path)
+    allocator, path, _ = choose_allocator(cfg.speedups.allocator)
+    preload = allocator_env(allocator, path)
     if preload and args.may_reexec and not already_reexecuted():
         failed = reexec(sys.argv[1:], preload)
-        print(f"cpuft: could not restart with {plan.allocator} preloaded ({failed}): running "
+        print(f"cpuft: could not restart with {allocator} preloaded ({failed}): running "
               "with the system allocator", file=sys.stderr)
 
-    from cpuft.distributed.group import init_distributed, shutdown
-    from cpuft.engine.process import apply_plan
-    from cpuft.job.train import run_train
+    from cpuft.job.train import train
 
-    plan = apply_plan(plan, cfg.speedups.pin_cores)
-    ctx = init_distributed(cfg.distributed.backend, comm_cores=plan.comm_cores)
-    try:
-        summary = run_train(cfg, plan, dist=ctx)
-    finally:
-        shutdown(ctx)
+    summary = train(cfg)
     if summary:
         print_summary(summary, cfg.output.output_dir)
     return 0

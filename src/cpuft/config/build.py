@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Iterable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
@@ -139,10 +140,23 @@ RECIPE_DEFAULTS: dict[str, dict[str, Any]] = {
 """Settings whose default differs by recipe; a config file or a flag still overrides them."""
 
 
+def refuse_other_recipes(recipe: str, given: Iterable[str]) -> None:
+    """One line for the first setting given that only another recipe reads: left alone, it
+    would be silently ignored."""
+    known = settings()
+    for name in given:
+        owner = known[name].recipe if name in known else ""
+        if owner and owner != recipe:
+            raise CpuftError(f"--{name.replace('_', '-')} is a setting of the {owner} recipe, "
+                             f"which this run does not use (--recipe {recipe}): drop it, or "
+                             f"pass --recipe {owner}")
+
+
 def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> TrainConfig:
     """Defaults, the recipe's defaults, the config file, then the flags the user gave."""
     given = {**file_values, **flag_values}
     recipe = given.get("recipe", settings()["recipe"].default)
+    refuse_other_recipes(recipe, given)
     cfg = config_from({**RECIPE_DEFAULTS.get(recipe, {}), **given})
     validate(cfg)
     return cfg

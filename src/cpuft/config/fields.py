@@ -25,6 +25,10 @@ class Setting:
     choices: tuple[str, ...]
     """The Literal's values; empty for a free value."""
     help: str
+    recipe: str = ""
+    """The one recipe that reads it; empty when every recipe does."""
+    same_on_resume: bool = False
+    """A resumed run must keep its value."""
 
 
 def _docstrings(cls: type) -> dict[str, str]:
@@ -58,5 +62,7 @@ def settings() -> dict[str, Setting]:
             default = f.default if f.default_factory is MISSING else f.default_factory()
             kind, choices = _kind_and_choices(hints[f.name])
             out[f.name] = Setting(name=f.name, section=section, default=default, kind=kind,
-                                  choices=choices, help=docs.get(f.name, ""))
+                                  choices=choices, help=docs.get(f.name, ""),
+                                  recipe=f.metadata.get("recipe", ""),
+                                  same_on_resume=f.metadata.get("same_on_resume", False))
     return out

@@ -8,8 +8,8 @@ No torch here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Literal
 
 Recipe = Literal["classifier", "causal-lm"]
 Precision = Literal["auto", "bf16", "fp32"]
@@ -21,51 +21,61 @@ GradCompression = Literal["none", "bf16", "powersgd"]
 LrSchedule = Literal["linear", "constant"]
 
 DEFAULT_TASK = "rotten_tomatoes"
+CAUSAL_LM, CLASSIFIER = "causal-lm", "classifier"
+
+
+def setting(default: Any = MISSING, *, factory: Any = MISSING, recipe: str = "",
+            same_on_resume: bool = False) -> Any:
+    """A field with what cpuft must know of it besides its value: the one recipe that reads it
+    (any other refuses it), and whether a resumed run must keep it (with another value its
+    remaining steps would see other data or other updates)."""
+    return field(default=default, default_factory=factory,
+                 metadata={"recipe": recipe, "same_on_resume": same_on_resume})
 
 
 @dataclass(kw_only=True, frozen=True)
 class ModelConfig:
-    recipe: Recipe = "classifier"
+    recipe: Recipe = setting("classifier", same_on_resume=True)
     """What to fine-tune the model for: classifier (sequence classification or regression) or
     causal-lm (a decoder on text, prompt/response pairs or chats)."""
-    model: str = ""
+    model: str = setting("", same_on_resume=True)
     """Local model folder, a .gguf file, or a hub id (default: all-MiniLM-L6-v2 for classifier,
     SmolLM2-135M-Instruct for causal-lm, both from PyPI)."""
-    lora_r: int = 8
-    """causal-lm: the rank of LoRA adapters; 0 fine-tunes every weight instead."""
-    lora_alpha: int = 16
-    """causal-lm: LoRA's scale numerator (the adapters' update is scaled by alpha / r)."""
-    lora_dropout: float = 0.05
-    """causal-lm: dropout on the LoRA adapters' input."""
-    lora_targets: list[str] = field(default_factory=list)
-    """causal-lm: module names the adapters go on, comma separated (default: the attention and
+    lora_r: int = setting(8, recipe=CAUSAL_LM, same_on_resume=True)
+    """The rank of LoRA adapters; 0 fine-tunes every weight instead."""
+    lora_alpha: int = setting(16, recipe=CAUSAL_LM, same_on_resume=True)
+    """LoRA's scale numerator (the adapters' update is scaled by alpha / r)."""
+    lora_dropout: float = setting(0.05, recipe=CAUSAL_LM, same_on_resume=True)
+    """Dropout on the LoRA adapters' input."""
+    lora_targets: list[str] = setting(factory=list, recipe=CAUSAL_LM, same_on_resume=True)
+    """Module names the adapters go on, comma separated (default: the attention and
     MLP projections)."""
-    merge: bool = False
-    """causal-lm with LoRA: also save the base model with the adapters merged in (merged/)."""
+    merge: bool = setting(False, recipe=CAUSAL_LM)
+    """With LoRA, also save the base model with the adapters merged in (merged/)."""
 
 
 @dataclass(kw_only=True, frozen=True)
 class DataConfig:
-    task: str = ""
+    task: str = setting("", same_on_resume=True)
     """Task name: rotten_tomatoes (built in), or a GLUE task (mrpc, sst2, cola, qnli, qqp, rte,
     stsb, mnli) read from --data-dir. Default: rotten_tomatoes unless files are given."""
-    data_dir: str = ""
+    data_dir: str = setting("", recipe=CLASSIFIER, same_on_resume=True)
     """Folder with a GLUE task's train.tsv and dev.tsv."""
-    train_file: str = ""
+    train_file: str = setting("", same_on_resume=True)
     """Training data: CSV, TSV, JSON, JSONL or parquet."""
-    validation_file: str = ""
+    validation_file: str = setting("", same_on_resume=True)
     """Validation data, same formats (default: --validation-split)."""
     test_file: str = ""
     """Optional labelled test data, evaluated after training."""
-    text_columns: list[str] = field(default_factory=list)
+    text_columns: list[str] = setting(factory=list, recipe=CLASSIFIER, same_on_resume=True)
     """One or two text columns, comma separated (with --train-file)."""
-    label_column: str = "label"
+    label_column: str = setting("label", recipe=CLASSIFIER, same_on_resume=True)
     """Label column (strings, integers or floats for regression)."""
-    validation_split: float = 0.1
+    validation_split: float = setting(0.1, same_on_resume=True)
     """Fraction of the training data held out (seeded) when there is no validation file."""
-    max_seq_length: int = 128
+    max_seq_length: int = setting(128, same_on_resume=True)
     """Truncate inputs to this many tokens."""
-    max_train_samples: int = 0
+    max_train_samples: int = setting(0, same_on_resume=True)
     """Train on a seeded subset of this many samples (0: all)."""
     max_eval_samples: int = 0
     """Evaluate on seeded subsets of this many samples of each held-out split (0: all)."""
@@ -77,23 +87,23 @@ class OptimizationConfig:
     """Epochs to train (ignored when --max-steps > 0)."""
     max_steps: int = 0
     """Optimizer steps to train; 0 means use --epochs."""
-    batch_size: int = 32
+    batch_size: int = setting(32, same_on_resume=True)
     """Samples per optimizer step on one process, before accumulation."""
-    grad_accum: int = 1
+    grad_accum: int = setting(1, same_on_resume=True)
     """Micro-batches accumulated into one optimizer step."""
     eval_batch_size: int = 128
     """Samples per evaluation batch."""
-    lr: float = 1e-4
+    lr: float = setting(1e-4, same_on_resume=True)
     """Peak learning rate."""
-    warmup_ratio: float = 0.06
+    warmup_ratio: float = setting(0.06, same_on_resume=True)
     """Fraction of steps of linear warm-up."""
-    lr_schedule: LrSchedule = "linear"
+    lr_schedule: LrSchedule = setting("linear", same_on_resume=True)
     """linear (warm-up, then decay to 0) or constant (after warm-up)."""
-    weight_decay: float = 0.01
+    weight_decay: float = setting(0.01, same_on_resume=True)
     """AdamW weight decay (not applied to biases and norms)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = setting(1.0, same_on_resume=True)
     """Clip the gradient norm to this; 0 disables clipping."""
-    seed: int = 42
+    seed: int = setting(42, same_on_resume=True)
     """Seed for initialisation, data order and dropout."""
 
 
@@ -124,7 +134,7 @@ class SpeedupConfig:
     fp32 masters (compiled for this CPU with the C compiler on first use)."""
     dynamic_padding: bool = True
     """Pad each batch to its longest sequence, not max length."""
-    group_by_length: bool = True
+    group_by_length: bool = setting(True, same_on_resume=True)
     """Batch samples of similar length together."""
     compile: CompileMode = "auto"
     """torch.compile: auto (only where a measurement shows it pays), on, off."""
@@ -154,7 +164,7 @@ class SpeedupConfig:
     """Pin the process to one logical CPU per physical core."""
     allocator: Allocator = "auto"
     """Preloaded allocator: auto (tcmalloc, else jemalloc), tcmalloc, jemalloc, system."""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = setting(False, recipe=CAUSAL_LM)
     """Recompute activations in the backward pass instead of keeping them: less memory, about a
     third more compute."""
 

@@ -8,6 +8,7 @@ Nothing here loads torch until ``init`` or ``context`` is called.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,11 +24,16 @@ def init(backend: str = "auto", timeout_s: float = 120.0) -> tuple[int, int]:
     return (ctx.info.rank, ctx.info.world_size) if ctx is not None else (0, 1)
 
 
-def context(backend: str = "auto", timeout_s: float = 120.0) -> DistContext | None:
+def context(backend: str = "auto", timeout_s: float = 120.0,
+            comm_cores: Sequence[int] | None = None) -> DistContext | None:
     """The job's context for cpuft's training loop (joining it first if needed); None in a
-    single process."""
+    single process.
+
+    The process group's threads start on ``comm_cores``; by default on those ``cpuft launch
+    --comm-cores`` kept for this rank, where the rank runs on the cores it was given.
+    """
     if not _joined:
-        _joined.append(_join(backend, timeout_s))
+        _joined.append(_join(backend, timeout_s, comm_cores))
     return _joined[0]
 
 
@@ -64,7 +70,7 @@ def rank0_value(value: float) -> float | None:
     return value
 
 
-def _join(backend: str, timeout_s: float) -> Any:
+def _join(backend: str, timeout_s: float, comm_cores: Sequence[int] | None) -> Any:
     import os
 
     import torch.distributed as dist
@@ -79,4 +85,19 @@ def _join(backend: str, timeout_s: float) -> Any:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         return DistContext(info=info, backend=str(dist.get_backend()),
                            nodes=max(1, world // max(local, 1)))
-    return init_distributed(backend, timeout_s)
+    if comm_cores is None:
+        comm_cores = _launched_comm_cores()
+    return init_distributed(backend, timeout_s, comm_cores=comm_cores)
+
+
+def _launched_comm_cores() -> list[int]:
+    """The communication cores ``cpuft launch`` kept for this rank, if the rank still runs on
+    the cores it was given (a script pinned elsewhere keeps its own placement)."""
+    import os
+
+    from cpuft.distributed.env import launched_cores
+
+    cores, comm = launched_cores(os.environ)
+    if not comm or not hasattr(os, "sched_getaffinity") or os.sched_getaffinity(0) != set(cores):
+        return []
+    return comm

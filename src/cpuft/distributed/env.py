@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cpuft.topology.placement import COMM_CORES_ENV, RANK_CORES_ENV, cores_for_local_rank
+
 # (rank, world size, local rank) variables of each launcher, in order of preference.
 LAUNCHER_VARS = (
     ("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun
@@ -38,3 +40,15 @@ def rank_info(environ: Mapping[str, str]) -> RankInfo:
                 local_rank=int(environ.get(local_var, "0")),
             )
     return RankInfo()
+
+
+def launched_cores(environ: Mapping[str, str]) -> tuple[list[int], list[int]]:
+    """This rank's compute cores and communication cores, as ``cpuft launch`` gave them
+    (``CPUFT_RANK_CORES`` and ``CPUFT_COMM_CORES``, one group per local rank); empty lists for
+    what it did not give."""
+    local_rank = rank_info(environ).local_rank
+    cores = (cores_for_local_rank(environ[RANK_CORES_ENV], local_rank)
+             if environ.get(RANK_CORES_ENV) else [])
+    comm = (cores_for_local_rank(environ[COMM_CORES_ENV], local_rank, COMM_CORES_ENV)
+            if environ.get(COMM_CORES_ENV) else [])
+    return cores, comm

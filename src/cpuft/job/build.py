@@ -13,7 +13,7 @@ from cpuft.distributed.group import DistContext
 from cpuft.engine.fit import BatchSource, FitConfig
 from cpuft.engine.step import TrainStep
 from cpuft.errors import CpuftError
-from cpuft.plan.resolve import settle_compile, settle_precision
+from cpuft.plan.resolve import settle_compile
 from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.recipes import get_recipe
 from cpuft.recipes.base import Recipe, Say, Task
@@ -73,10 +73,9 @@ class Run:
 def build_run(cfg: TrainConfig, plan: SpeedPlan, *, recipe: Recipe | None = None,
               dist: DistContext | None = None, say: Say = print) -> Run:
     """Load the task of ``cfg`` and make it ready to train as ``plan`` says (``plan`` as
-    ``cpuft.engine.process.apply_plan`` returned it for this process).
-
-    In a job of many ranks every rank calls this: settling the precision is a collective.
-    """
+    ``cpuft.runtime.start`` settled it for this process, or ``Runtime.plan_for``)."""
+    if plan.precision is None:
+        raise CpuftError("internal: build_run needs a plan whose precision is settled")
     recipe = recipe or get_recipe(cfg.model.recipe)
     is_main = dist is None or dist.info.is_main
     task = recipe.load(cfg, say, is_main=is_main)
@@ -89,7 +88,6 @@ def build_run(cfg: TrainConfig, plan: SpeedPlan, *, recipe: Recipe | None = None
     if o.max_steps == 0 and not math.isfinite(o.epochs):
         raise CpuftError("--epochs must be a finite number")
     total_steps = o.max_steps or max(1, math.ceil(o.epochs * steps_per_epoch))
-    plan = settle_precision(plan, cfg.speedups.precision, dist.on_every_rank if dist else None)
     plan = settle_compile(plan, model=cfg.model.model, max_seq_length=cfg.data.max_seq_length,
                           samples=total_steps * o.batch_size * o.grad_accum)
     return Run(cfg=cfg, plan=plan, task=task, source=source, world_size=world,

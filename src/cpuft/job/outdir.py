@@ -12,20 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from cpuft.config import TrainConfig, to_flat
+from cpuft.config.fields import settings
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.errors import CpuftError
 from cpuft.metrics import JsonlSink, MetricSink, ProgressSink
 from cpuft.paths import check_writable_dir
 
 RUN_MARKER = "cpuft_run.json"
-RESUME_KEEPS = ("recipe", "model", "lora_r", "lora_alpha", "lora_dropout", "lora_targets",
-                "max_train_samples", "task", "data_dir", "train_file", "validation_file",
-                "text_columns", "label_column", "validation_split", "max_seq_length",
-                "batch_size", "grad_accum", "lr", "warmup_ratio", "lr_schedule", "weight_decay",
-                "max_grad_norm", "seed", "group_by_length")
-"""Settings a resumed run must share with the run it continues: with any other, its remaining
-steps would see other data or other updates. Steps, epochs, saving, logging and the speed
-options may change."""
+RESUME_KEEPS = tuple(name for name, s in settings().items() if s.same_on_resume)
+"""Settings a resumed run must share with the run it continues (marked on their fields): with
+any other, its remaining steps would see other data or other updates. Steps, epochs, saving,
+logging and the speed options may change."""
 
 
 def check_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:

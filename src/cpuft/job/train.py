@@ -4,8 +4,10 @@ write summary.json."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,6 @@ from cpuft.config import TrainConfig, to_flat
 from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.engine.fit import FitResult, fit
-from cpuft.engine.process import versions
 from cpuft.job.build import Run, build_run
 from cpuft.job.forecast_inputs import forecast_inputs
 from cpuft.job.outdir import (
@@ -28,6 +29,22 @@ from cpuft.job.outdir import (
 from cpuft.metrics import MetricLogger, MetricSink
 from cpuft.metrics.pace import steady_rate, steady_seconds, warmup_steps
 from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.runtime import start
+from cpuft.runtime.process import versions
+
+
+def train(cfg: TrainConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The ``cpuft train`` job in this process, one rank of a job or the only one: set the
+    process up, train, and leave the job; the summary (empty on ranks other than 0)."""
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        # torchrun restarted the workers after a failure: continue from the last checkpoint.
+        found = latest_checkpoint(Path(cfg.output.output_dir)) is not None
+        cfg = replace(cfg, output=replace(cfg.output, resume=found, overwrite=not found))
+    runtime = start(cfg)
+    try:
+        return run_train(cfg, runtime.plan, say, runtime.dist)
+    finally:
+        runtime.close()
 
 
 def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = print,

@@ -20,6 +20,7 @@ from cpuft.config import TrainConfig
 from cpuft.data.batching import TokenBatches
 from cpuft.data.lm import LmCollator, LmRows, encode_lm, read_lm_file
 from cpuft.data.prepare import Encoded
+from cpuft.data.subset import SUBSET_SEED, seeded_subset
 from cpuft.errors import CpuftError
 from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.recipes.base import Say, Task
@@ -31,7 +32,6 @@ DEFAULT_TASK = "rotten_tomatoes_verdicts"
 TEXT_TASK = "rotten_tomatoes_text"
 TASKS = (DEFAULT_TASK, TEXT_TASK)
 """Built-in data (--task): the snippets as verdict questions, or as plain text."""
-SUBSET_SEED = 20211
 DEFAULT_JOB_SAMPLES = (1024, 256)
 """The default job's seeded subsets (training, each held-out split), unless set: the full set
 would take a 2-core machine over an hour."""
@@ -51,11 +51,8 @@ def builtin_rows(task: str) -> dict[str, LmRows]:
             for name, ds in splits.items()}
 
 
-def seeded_subset(rows: LmRows, limit: int) -> LmRows:
-    if not limit or len(rows.rows) <= limit:
-        return rows
-    picked = sorted(random.Random(SUBSET_SEED).sample(range(len(rows.rows)), limit))
-    return LmRows(rows.kind, [rows.rows[i] for i in picked])
+def subset_rows(rows: LmRows, limit: int) -> LmRows:
+    return LmRows(rows.kind, seeded_subset(rows.rows, limit))
 
 
 def _load_rows(cfg: TrainConfig) -> tuple[str, dict[str, LmRows]]:
@@ -139,8 +136,8 @@ class CausalLmRecipe:
                 say(f"{task_name} trains on a seeded subset of {d.max_train_samples} "
                     f"reviews and evaluates on {d.max_eval_samples} of each held-out split "
                     "(--max-train-samples and --max-eval-samples set other sizes)")
-        splits = {name: seeded_subset(rows, d.max_train_samples if name == "train"
-                                else d.max_eval_samples) for name, rows in splits.items()}
+        splits = {name: subset_rows(rows, d.max_train_samples if name == "train"
+                              else d.max_eval_samples) for name, rows in splits.items()}
         folder, gguf_file = resolve_causal_lm(cfg.model.model)
         check_memory(folder, gguf_file, cfg, say if is_main else lambda _line: None)
         torch.manual_seed(cfg.optimization.seed)
@@ -184,7 +181,12 @@ class CausalLmRecipe:
             trained.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]
             tokenizer.save_pretrained(out)
             if cfg.model.merge and cfg.model.lora_r:
-                merged = trained.merge_and_unload()  # type: ignore[operator]
+                from peft import PeftModel
+
+                # Into the base as it was loaded: a base held in bf16 while training comes
+                # back rounded, and the adapters are meant for the original weights.
+                base, _ = load_causal_lm(folder, gguf_file)
+                merged = PeftModel.from_pretrained(base, out).merge_and_unload()
                 merged.save_pretrained(out / "merged", safe_serialization=True)
                 tokenizer.save_pretrained(out / "merged")
 

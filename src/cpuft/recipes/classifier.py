@@ -15,6 +15,7 @@ from cpuft.config import TrainConfig
 from cpuft.data.batching import Collator, TokenBatches
 from cpuft.data.labels import LabelMap
 from cpuft.data.prepare import Encoded, LabelledSplits, encode, load_labelled
+from cpuft.data.subset import seeded_subset
 from cpuft.errors import CpuftError
 from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.recipes.base import Say, Task
@@ -39,13 +40,27 @@ class ClassifierTask(Task):
     encoded: dict[str, Encoded]
 
 
+def _subsets(data: LabelledSplits, cfg: TrainConfig, say: Say) -> LabelledSplits:
+    """``data`` cut to ``--max-train-samples`` and, each held-out split, ``--max-eval-samples``
+    (seeded subsets)."""
+    for split in list(data.labels):
+        limit = cfg.data.max_train_samples if split == "train" else cfg.data.max_eval_samples
+        if limit and data.size(split) > limit:
+            say(f"{split}: a seeded subset of {limit} of its {data.size(split)} samples")
+            rows = seeded_subset(list(zip(data.texts[split], data.labels[split], strict=True)),
+                                 limit)
+            data.texts[split] = [text for text, _ in rows]
+            data.labels[split] = [label for _, label in rows]
+    return data
+
+
 @dataclass
 class ClassifierRecipe:
     name: str = "classifier"
     build_model: ModelBuilder | None = None
 
     def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> ClassifierTask:
-        data = load_labelled(cfg.data)
+        data = _subsets(load_labelled(cfg.data), cfg, say if is_main else lambda _line: None)
         if self.build_model is not None:
             torch.manual_seed(cfg.optimization.seed)
             model_name = cfg.model.model or "built"

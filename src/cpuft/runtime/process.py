@@ -1,4 +1,4 @@
-"""Set this process up as a plan says: threads, core pinning, and a check of the allocator."""
+"""This process as a plan places it: cores, threads, and the allocator really loaded."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from importlib import metadata
 
 import torch
 
-from cpuft.distributed.env import rank_info
+from cpuft.distributed.env import launched_cores
 from cpuft.plan.speed_plan import SpeedPlan
-from cpuft.topology.placement import COMM_CORES_ENV, RANK_CORES_ENV, cores_for_local_rank
 
 
 def loaded_allocator() -> str:
@@ -27,23 +26,20 @@ def loaded_allocator() -> str:
     return "system"
 
 
-def apply_plan(plan: SpeedPlan, pin_cores: bool) -> SpeedPlan:
+def place_process(plan: SpeedPlan, pin_cores: bool) -> SpeedPlan:
     """Set threads and affinity; the plan with the cores taken and the allocator really loaded.
 
-    A rank started by ``cpuft launch`` takes its own share of the node's cores from
-    ``CPUFT_RANK_CORES`` (by its local rank) instead of the whole machine's, and the cores kept
-    for its communication threads from ``CPUFT_COMM_CORES``.
+    A rank started by ``cpuft launch`` takes its own share of the node's cores (by its local
+    rank) instead of the whole machine's, and keeps the cores given for its communication
+    threads, which join the process group there.
     """
-    local_rank = rank_info(os.environ).local_rank
     cores, threads, comm_cores = plan.cores, plan.threads, plan.comm_cores
-    if RANK_CORES_ENV in os.environ:
-        cores = cores_for_local_rank(os.environ[RANK_CORES_ENV], local_rank)
-        threads = len(cores)
+    rank_cores, rank_comm_cores = launched_cores(os.environ)
+    if rank_cores:
+        cores, threads = rank_cores, len(rank_cores)
     if pin_cores and cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
-        if os.environ.get(COMM_CORES_ENV):
-            comm_cores = cores_for_local_rank(os.environ[COMM_CORES_ENV], local_rank,
-                                              COMM_CORES_ENV)
+        comm_cores = rank_comm_cores or comm_cores
     else:
         cores = []
     torch.set_num_threads(threads)

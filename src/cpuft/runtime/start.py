@@ -1,0 +1,77 @@
+"""The one set-up of a process that trains: every command, API call and benchmark starts here.
+
+``start(cfg)`` reads the CPU, decides the speed plan, places the process (cores, threads, the
+allocator check), joins the job's process group with its communication threads on the cores
+kept for them, and settles the precision (a vote of every rank in a job). Loops of one's own
+(``cpuft.fit``, ``cpuft.optimize``) leave out what only recipes can use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpuft.config import TrainConfig
+from cpuft.distributed import context, joined
+from cpuft.distributed.group import DistContext, shutdown
+from cpuft.plan.resolve import settle_precision
+from cpuft.plan.speed_plan import SpeedPlan, make_plan
+from cpuft.runtime.process import place_process
+from cpuft.topology import Topology, read_topology
+
+OWN_LOOP_OFF = {
+    "sparse_embeddings": "off in a loop of your own: torch's optimizers take dense gradients",
+    "counted_logits": "off in a loop of your own: the loss, and which logits it reads, are yours",
+}
+"""Speed-ups that only a recipe's loss and optimizer can use, with why a loop of one's own
+runs without them."""
+OWN_LOOP_COMPILE = "off in a loop of your own: call torch.compile yourself"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What ``start`` set up: the settled plan of this process and the job it joined."""
+
+    plan: SpeedPlan
+    dist: DistContext | None
+    """None in a single process."""
+    topology: Topology
+
+    def plan_for(self, cfg: TrainConfig) -> SpeedPlan:
+        """The plan of another config in this same process (a benchmark's variant): its own
+        decisions, on this process's cores, threads and allocator."""
+        p = self.plan
+        own = make_plan(cfg, self.topology).but(
+            cores=p.cores, threads=p.threads, comm_cores=p.comm_cores, allocator=p.allocator,
+            allocator_reason=p.allocator_reason)
+        return settle_precision(own, cfg.speedups.precision)
+
+    def close(self) -> None:
+        """Leave the process group, if ``start`` joined one."""
+        shutdown(self.dist)
+
+
+def start(cfg: TrainConfig, *, own_loop: bool = False, join: bool = True) -> Runtime:
+    """Set this process up to train as ``cfg`` says; every rank of a job calls it.
+
+    ``join=False`` joins no process group, but takes the one the process is already in (a
+    script's own ``init_process_group``).
+    """
+    topology = read_topology()
+    plan = make_plan(cfg, topology)
+    if own_loop:
+        plan = plan.without(OWN_LOOP_OFF).but(compile="off", compile_reason=OWN_LOOP_COMPILE)
+    plan = place_process(plan, cfg.speedups.pin_cores)
+    dist = (context(cfg.distributed.backend, comm_cores=plan.comm_cores) if join
+            else joined())
+    plan = settle_precision(plan, cfg.speedups.precision,
+                            dist.on_every_rank if dist is not None else None)
+    return Runtime(plan=plan, dist=dist, topology=topology)
+
+
+def preview(cfg: TrainConfig | None = None) -> SpeedPlan:
+    """The plan a run of ``cfg`` (the defaults) would get on this machine, the precision
+    measured, without placing this process or joining a job: what ``cpuft.report_plan`` shows
+    before any model, and the precision rule a stock baseline shares."""
+    cfg = cfg or TrainConfig()
+    plan = settle_precision(make_plan(cfg, read_topology()), cfg.speedups.precision)
+    return plan.but(compile="off", compile_reason="not run") if plan.compile is None else plan
