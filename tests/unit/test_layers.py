@@ -2,6 +2,7 @@
 lowest layer loads no torch, and only cpuft.launch starts processes."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,41 @@ def test_only_launch_starts_processes():
     starters = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if starts_processes(p))
     assert "launch/proc.py" in starters and all(s.startswith("launch/") for s in starters), \
         starters
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, by its full dotted name (``from a import b``: a and a.b)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def test_the_engine_knows_no_speed_up():
+    wrong = [f"{p.relative_to(ROOT)} imports {m}" for p in (ROOT / "engine").rglob("*.py")
+             for m in imported_modules(p) if m.startswith(("cpuft.speedups", "cpuft.runtime"))]
+    assert not wrong, wrong
+
+
+def test_the_command_line_starts_no_process_group():
+    """cli parses and prints: joining a job is cpuft.runtime's, through cpuft.distributed."""
+    wrong = [f"{p.relative_to(ROOT)} imports {m}" for p in (ROOT / "cli").rglob("*.py")
+             for m in imported_modules(p)
+             if m.startswith(("torch.distributed", "cpuft.distributed.group"))
+             or m in ("cpuft.distributed.init", "cpuft.distributed.context")]
+    calls = [str(p.relative_to(ROOT)) for p in (ROOT / "cli").rglob("*.py")
+             for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Call)
+             and getattr(node.func, "attr", getattr(node.func, "id", "")) in
+             ("init_process_group", "init_distributed", "start")]
+    assert not wrong and not calls, (wrong, calls)
+
+
+def test_one_place_makes_the_speed_plan_and_places_the_process():
+    """cpuft.runtime.start is the one set-up: nothing else makes a plan or places a process."""
+    makers = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+                    if re.search(r"\b(make_plan|place_process)\(", p.read_text()))
+    assert makers == ["plan/speed_plan.py", "runtime/process.py", "runtime/start.py"], makers

@@ -27,10 +27,8 @@ from cpuft.errors import CpuftError
 from cpuft.job.build import fit_config
 from cpuft.job.outdir import metric_sinks
 from cpuft.metrics import MetricLogger
-from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.runtime import start
-from cpuft.speedups.apply import apply_speedups
-from cpuft.speedups.bf16_weights import why_weights_stay_fp32
+from cpuft.speedups.registry import apply_speedups
 
 
 @dataclass
@@ -185,13 +183,5 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
         say(f"no checkpoint in {out} to resume from: starting afresh")
     sinks = metric_sinks(out, resume_from, type(model).__name__ if cfg.output.progress
                          else None) if rank == 0 else []
-    return engine_fit(model, source, fit_config(cfg, _weights_plan(model, plan), total, out,
-                                                resume_from),
+    return engine_fit(model, source, fit_config(cfg, plan, total, out, resume_from),
                       loss_fn=loss_fn, logger=MetricLogger(sinks), dist=dist)
-
-
-def _weights_plan(model: nn.Module, plan: SpeedPlan) -> SpeedPlan:
-    why = why_weights_stay_fp32(model)
-    if plan.precision == "bf16" and plan.bf16_weights and why:
-        return plan.but(bf16_weights=False, bf16_weights_reason=why)
-    return plan

@@ -26,13 +26,14 @@ from cpuft.engine.step import autocast_for
 from cpuft.errors import CpuftError
 from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.runtime import preview, start
-from cpuft.speedups.apply import apply_speedups
-from cpuft.speedups.bf16_weights import Bf16Weights, why_weights_stay_fp32
+from cpuft.speedups.bf16_weights import Bf16Weights, Bf16WeightsSpeedUp
+from cpuft.speedups.registry import apply_speedups
 
 _PLANS: weakref.WeakKeyDictionary[nn.Module, SpeedPlan] = weakref.WeakKeyDictionary()
 """The plan of each optimized model."""
 _LATEST: list[SpeedPlan] = []
 """The plan of the model optimized last."""
+BF16_WEIGHTS = Bf16WeightsSpeedUp.name
 FUSABLE = (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, torch.optim.Adagrad)
 
 
@@ -97,20 +98,19 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
 
 def _weights_and_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer | None,
                            plan: SpeedPlan) -> tuple[SpeedPlan, Any]:
-    if plan.precision != "bf16" or not plan.bf16_weights:
-        reason = plan.bf16_weights_reason if plan.precision == "bf16" else "fp32 run"
-        plan = plan.but(bf16_weights=False, bf16_weights_reason=reason)
+    decided = plan.speedups[BF16_WEIGHTS]
+    if plan.precision != "bf16" or not decided.on:
+        reason = decided.reason if plan.precision == "bf16" else "fp32 run"
+        plan = plan.deciding(BF16_WEIGHTS, False, reason)
     elif optimizer is None:
-        plan = plan.but(bf16_weights=False, bf16_weights_reason="no optimizer given: the "
-                        "weights stay fp32 under autocast")
-    elif why_weights_stay_fp32(model):
-        plan = plan.but(bf16_weights=False, bf16_weights_reason=why_weights_stay_fp32(model))
+        plan = plan.deciding(BF16_WEIGHTS, False, "no optimizer given: the weights stay fp32 "
+                             "under autocast")
     else:
         weights = Bf16Weights(model, fused=plan.fused_optimizer)
         save_masters(model, weights)
         optimizer = Bf16Optimizer(optimizer, weights)
-        plan = plan.but(bf16_weights_reason=f"{plan.bf16_weights_reason}; optimizer: "
-                        f"{weights.kernel_note}")
+        plan = plan.deciding(BF16_WEIGHTS, True, f"{decided.reason}; optimizer: "
+                             f"{weights.kernel_note}")
     if optimizer is None:
         return plan.but(fused_optimizer=False, fused_optimizer_reason="no optimizer given"), None
     if not plan.fused_optimizer:

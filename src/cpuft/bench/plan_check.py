@@ -127,14 +127,12 @@ def check(opts: CheckOptions, say: Callable[[str], None] = print) -> dict[str, A
 def main() -> None:
     from cpuft.config import config_from
     from cpuft.job.forecast_inputs import calibrate
-    from cpuft.runtime import start
 
     _, settings, sizes, out = sys.argv[1:5]
     core = read_topology().first_thread_per_core()[0]
     os.sched_setaffinity(0, {core})  # a one-core node's plan: one thread, on this core
     cfg = config_from(json.loads(settings))
-    inputs = calibrate(cfg, start(cfg).plan, [int(s) for s in sizes.split(",")],
-                       say=lambda _line: None)
+    inputs = calibrate(cfg, [int(s) for s in sizes.split(",")], say=lambda _line: None)
     Path(out).write_text(json.dumps({"forecast_inputs": inputs}, indent=2) + "\n")
 
 

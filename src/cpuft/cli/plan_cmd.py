@@ -93,7 +93,6 @@ def _calibrate(args: argparse.Namespace, nodes: list[int], out: Path) -> Path:
     path."""
     from cpuft.config import config_from
     from cpuft.job.forecast_inputs import calibrate
-    from cpuft.runtime import start
 
     given = {"recipe": args.recipe, "model": args.model, "max_seq_length": args.seq_len,
              "train_file": args.data, "progress": False,
@@ -104,9 +103,8 @@ def _calibrate(args: argparse.Namespace, nodes: list[int], out: Path) -> Path:
     sizes = sorted({*sizes, max(1, max(sizes) // 2)})  # two at least: a line to read steps off
     cfg = config_from({k: v for k, v in given.items() if v is not None}
                       | {"batch_size": sizes[-1]})
-    plan = start(cfg).plan
     print(f"calibrating: timing steps of {', '.join(map(str, sizes))} samples", file=sys.stderr)
-    inputs = calibrate(cfg, plan, sizes, say=lambda line: print(line, file=sys.stderr))
+    inputs = calibrate(cfg, sizes, say=lambda line: print(line, file=sys.stderr))
     out.mkdir(parents=True, exist_ok=True)
     path = out / "calibration.json"
     path.write_text(json.dumps({"forecast_inputs": inputs}, indent=2) + "\n")

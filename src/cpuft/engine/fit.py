@@ -26,10 +26,10 @@ from cpuft.engine.checkpoint import (
 )
 from cpuft.engine.signals import Interrupted, stop_flag
 from cpuft.engine.step import Batch, LossFn, StepStats, TrainStep
+from cpuft.engine.weights import WeightHolder, WeightsFactory
 from cpuft.errors import CpuftError
 from cpuft.metrics import MetricLogger
 from cpuft.optim import build_optimizer, constant_schedule, linear_schedule
-from cpuft.speedups.bf16_weights import Bf16Weights
 
 
 class BatchSource(Protocol):
@@ -54,11 +54,10 @@ class FitConfig:
     max_grad_norm: float = 1.0
     grad_accum: int = 1
     precision: str | None = "fp32"
-    """'bf16' (autocast; see bf16_weights) or 'fp32'."""
-    bf16_weights: bool = False
-    """With bf16: the weights (not the embeddings) held in bf16 during training, fp32 masters
-    in the optimizer (cpuft.speedups.bf16_weights); otherwise fp32 weights that autocast casts at
-    each use. Needs a model whose layers take bf16 inputs (transformers models do)."""
+    """'bf16' (autocast) or 'fp32'."""
+    weights: WeightsFactory | None = None
+    """Holds the weights in another dtype than the optimizer's for the loop (bf16 weights with
+    fp32 masters); None trains the model's own parameters."""
     fused_optimizer: bool = True
     compile: bool = False
     output_dir: Path | None = None
@@ -90,7 +89,7 @@ class FitResult:
     comm_wait_seconds: float = 0.0
     """Time spent after the last gradient was computed, waiting for its reduction."""
     optimizer_kernel: str = ""
-    """How the bf16 weights' masters were stepped (see Bf16Weights.kernel_note); '' without."""
+    """How the held weights' masters were stepped (WeightHolder.kernel_note); '' without."""
 
     @property
     def samples_per_second(self) -> float:
@@ -119,8 +118,8 @@ def fit(
     state = load_checkpoint(config.resume_from) if config.resume_from is not None else None
     if state is not None:
         load_model_state(model, state["model"])  # while fp32, so that masters start exact
-    weights = (Bf16Weights(model, fused=config.fused_optimizer)
-               if config.precision == "bf16" and config.bf16_weights else None)
+    weights = (config.weights(model, config.fused_optimizer) if config.weights is not None
+               else None)
     try:
         return _Loop(model, source, config, loss_fn, logger, dist, weights).run(state)
     finally:
@@ -143,7 +142,7 @@ class _Loop:
 
     def __init__(self, model: nn.Module, source: BatchSource, config: FitConfig,
                  loss_fn: LossFn | None, logger: MetricLogger, dist: DistContext | None,
-                 weights: Bf16Weights | None) -> None:
+                 weights: WeightHolder | None) -> None:
         self.model, self.source, self.config = model, source, config
         self.logger, self.dist, self.weights = logger, dist, weights
         self.optimizer = build_optimizer(

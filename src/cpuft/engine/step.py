@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from cpuft.distributed.group import DistContext
+from cpuft.engine.weights import WeightHolder, WeightsFactory
 from cpuft.errors import CpuftError
 from cpuft.optim import AdamW, build_optimizer, clip_step
-from cpuft.speedups.bf16_weights import Bf16Weights
 
 Batch = dict[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
@@ -64,7 +64,7 @@ class TrainStep:
     wrapper), gradients clipped to ``max_grad_norm``."""
 
     def __init__(self, model: nn.Module, optimizer: AdamW, *, precision: str | None,
-                 weights: Bf16Weights | None = None, max_grad_norm: float = 1.0,
+                 weights: WeightHolder | None = None, max_grad_norm: float = 1.0,
                  loss_fn: LossFn | None = None, forward_model: nn.Module | None = None,
                  dist: DistContext | None = None) -> None:
         self.model, self.optimizer, self.precision = model, optimizer, precision
@@ -74,10 +74,11 @@ class TrainStep:
         self.trained = [p for group in optimizer.param_groups for p in group["params"]]
 
     @classmethod
-    def standalone(cls, model: nn.Module, *, precision: str | None, bf16_weights: bool,
-                   lr: float = 1e-4, weight_decay: float = 0.01) -> TrainStep:
+    def standalone(cls, model: nn.Module, *, precision: str | None,
+                   weights_factory: WeightsFactory | None = None, lr: float = 1e-4,
+                   weight_decay: float = 0.01) -> TrainStep:
         """``fit``'s step on one process with a fused AdamW of its own: for benchmarks."""
-        weights = Bf16Weights(model, fused=True) if precision == "bf16" and bf16_weights else None
+        weights = weights_factory(model, True) if weights_factory is not None else None
         optimizer = build_optimizer(model, lr=lr, weight_decay=weight_decay, fused=True,
                                     stand_in=weights.master if weights is not None else None)
         return cls(model, optimizer, precision=precision, weights=weights)

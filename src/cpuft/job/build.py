@@ -17,7 +17,8 @@ from cpuft.plan.resolve import settle_compile
 from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.recipes import get_recipe
 from cpuft.recipes.base import Recipe, Say, Task
-from cpuft.speedups.apply import apply_speedups
+from cpuft.speedups.bf16_weights import weights_for
+from cpuft.speedups.registry import apply_speedups
 
 
 def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
@@ -33,7 +34,7 @@ def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
         max_grad_norm=o.max_grad_norm,
         grad_accum=o.grad_accum,
         precision=plan.precision,
-        bf16_weights=plan.bf16_weights,
+        weights=weights_for(plan),
         fused_optimizer=plan.fused_optimizer,
         compile=plan.compile == "on",
         output_dir=output_dir,
@@ -65,7 +66,7 @@ class Run:
     def train_step(self) -> TrainStep:
         """``fit``'s step on one process, for benchmarks that time steps one by one."""
         return TrainStep.standalone(self.task.model, precision=self.plan.precision,
-                                    bf16_weights=self.plan.bf16_weights,
+                                    weights_factory=weights_for(self.plan),
                                     lr=self.cfg.optimization.lr,
                                     weight_decay=self.cfg.optimization.weight_decay)
 

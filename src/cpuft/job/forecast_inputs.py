@@ -15,6 +15,7 @@ from cpuft.engine.step import Batch
 from cpuft.errors import CpuftError
 from cpuft.job.build import Run, build_run
 from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.runtime import start
 from cpuft.topology import read_topology
 
 INDEX_BYTES = 8
@@ -24,7 +25,7 @@ INDEX_BYTES = 8
 def gradient_bytes(model: nn.Module, plan: SpeedPlan, compression: str) -> tuple[float, float]:
     """(bytes of dense gradients a step all-reduces, bytes a sparse row sends). DDP reduces
     gradients in the weights' type (bf16 with bf16 weights) unless compressed to bf16."""
-    half = compression == "bf16" or (plan.precision == "bf16" and plan.bf16_weights)
+    half = compression == "bf16" or (plan.precision == "bf16" and plan.on("bf16_weights"))
     dense, row = 0.0, 0.0
     for module in model.modules():
         for p in module.parameters(recurse=False):
@@ -69,13 +70,13 @@ def _first(batch: Batch, samples: int) -> Batch:
     return {k: v[:samples] if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def calibrate(cfg: TrainConfig, plan: SpeedPlan, sizes: list[int], steps: int = 12,
+def calibrate(cfg: TrainConfig, sizes: list[int], steps: int = 12,
               say: Any = print) -> dict[str, Any]:
     """Time ``steps`` steps of ``cfg``'s job on this node at each batch size of ``sizes`` (the
     largest is ``cfg``'s batch), in turns, after a warm-up: the first rows of the same batches.
     The forecast inputs with ``step_seconds_by_batch``: each size's mean step, as a run's varied
     lengths (and the new shapes they bring) make it."""
-    run = build_run(cfg, plan, say=say)
+    run = build_run(cfg, start(cfg).plan, say=say)
     step = run.train_step()
     batch_size = cfg.optimization.batch_size
     sizes = sorted({min(max(1, s), batch_size) for s in [*sizes, batch_size]})

@@ -1,7 +1,10 @@
-"""The speed-ups of one run and why: a frozen record of decisions, made before torch loads.
+"""The speed-ups of one run and why: a frozen record of decisions.
 
-``make_plan`` decides what the settings and the machine decide alone. Two choices wait for a
-measurement: the precision where the CPU has native bf16 (``precision`` is None until
+``make_plan`` decides, before torch loads, what the settings and the machine decide alone for
+the process: precision, threads, cores, allocator, compile, the optimizer step and batching.
+The speed-ups that patch a model decide for themselves (``cpuft.speedups.registry``); the plan
+holds their decisions by name in ``speedups``. Two choices wait for a measurement: the
+precision where the CPU has native bf16 (``precision`` is None until
 ``cpuft.plan.resolve.settle_precision``), and ``--compile auto`` (``compile`` is None until
 ``cpuft.plan.resolve.settle_compile`` knows the run's length). Each step returns a new plan;
 none changes one in place.
@@ -11,19 +14,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from cpuft.config import TrainConfig
 from cpuft.errors import CpuftError
 from cpuft.plan.allocator import choose_allocator
-from cpuft.plan.choices import (
-    choose_attention,
-    choose_bf16_weights,
-    choose_compile,
-    choose_precision,
-    choose_threads,
-)
+from cpuft.plan.choices import choose_compile, choose_precision, choose_threads
 from cpuft.topology import Topology
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One speed-up's decision: on or off (or the variant chosen), and why."""
+
+    value: bool | str
+    reason: str
+
+    @property
+    def on(self) -> bool:
+        return self.value is not False
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -52,26 +62,8 @@ class SpeedPlan:
     compile: str | None = "off"
     """'on' or 'off'; None until the run's length is known."""
     compile_reason: str = ""
-    attention: str = "default"
-    """'cpuft_eager', 'eager', 'sdpa' or 'default' (what the model picks)."""
-    attention_reason: str = ""
-    fast_dropout: bool = True
-    """Dropout masks from cpuft.speedups.dropout."""
-    sparse_embeddings: bool = True
-    """Word-embedding gradients as sparse rows with lazy AdamW updates (cpuft.optim)."""
-    sparse_embeddings_reason: str = ""
-    first_token_layer: bool = True
-    """The last layer computed for the first token only (cpuft.speedups.first_token)."""
-    first_token_layer_reason: str = ""
-    counted_logits: bool = True
-    """A causal LM's head computed at counted positions only (cpuft.speedups.counted_logits)."""
-    counted_logits_reason: str = ""
-    channels_last: bool = True
-    """Convolutional networks in the channels-last memory format (cpuft.api.layout)."""
-    channels_last_reason: str = ""
-    bf16_weights: bool = True
-    """With bf16: weights held in bf16, fp32 masters in the optimizer (speedups.bf16_weights)."""
-    bf16_weights_reason: str = ""
+    speedups: Mapping[str, Decision] = field(default_factory=lambda: MappingProxyType({}))
+    """The decision of each speed-up that patches a model, by name (``cpuft.speedups``)."""
 
     @property
     def settled(self) -> bool:
@@ -83,17 +75,28 @@ class SpeedPlan:
 
     def but(self, **changes: Any) -> SpeedPlan:
         """A copy with ``changes``: how every later step records what it found."""
+        if "speedups" in changes:
+            changes["speedups"] = MappingProxyType(dict(changes["speedups"]))
         return replace(self, **changes)
 
-    def without(self, reasons: Mapping[str, str]) -> SpeedPlan:
-        """A copy with each speed-up named in ``reasons`` off, for its reason."""
-        return self.but(**{name: False for name in reasons},
-                        **{f"{name}_reason": why for name, why in reasons.items()})
+    def on(self, speedup: str) -> bool:
+        """Whether the speed-up named ``speedup`` is on (False where none was decided)."""
+        decision = self.speedups.get(speedup)
+        return decision is not None and decision.on
+
+    def deciding(self, speedup: str, value: bool | str, reason: str) -> SpeedPlan:
+        """A copy with one speed-up's decision changed."""
+        return self.but(speedups={**self.speedups, speedup: Decision(value, reason)})
 
     def to_dict(self) -> dict[str, object]:
+        """summary.json's ``speedups``: each field, then each speed-up's value and reason."""
         if not self.settled:
             raise CpuftError("internal: the speed plan was recorded before it was settled")
-        return asdict(self)
+        out = asdict(replace(self, speedups={}))
+        del out["speedups"]
+        for name, d in self.speedups.items():
+            out |= {name: d.value, f"{name}_reason": d.reason}
+        return out
 
 
 def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
@@ -102,9 +105,6 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
     precision, precision_reason = choose_precision(s.precision, topo)
     allocator, allocator_path, allocator_reason = choose_allocator(s.allocator)
     threads, cores = choose_threads(s.threads, topo)
-    attention, attention_reason = choose_attention(
-        s.attention, cfg.data.max_seq_length, s.fast_dropout
-    )
     compile_mode: str | None
     if s.compile == "auto":
         compile_mode, compile_reason = None, "decided when the run's length is known"
@@ -112,8 +112,6 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         compile_mode, compile_reason = choose_compile(
             s.compile, estimated_eager_seconds=None, measured_speedup=None, compile_seconds=None
         )
-    bf16_weights, bf16_weights_reason = choose_bf16_weights(s.bf16_weights,
-                                                            cfg.distributed.grad_compression)
     return SpeedPlan(
         cpu=topo.model_name,
         precision=precision,
@@ -129,17 +127,4 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         group_by_length=s.group_by_length,
         compile=compile_mode,
         compile_reason=compile_reason,
-        attention=attention,
-        attention_reason=attention_reason,
-        fast_dropout=s.fast_dropout,
-        sparse_embeddings=s.sparse_embeddings,
-        sparse_embeddings_reason="on by default" if s.sparse_embeddings else "requested",
-        first_token_layer=s.first_token_layer,
-        first_token_layer_reason="on by default" if s.first_token_layer else "requested",
-        counted_logits=s.counted_logits,
-        counted_logits_reason="on by default" if s.counted_logits else "requested",
-        channels_last=s.channels_last,
-        channels_last_reason="where it measures faster" if s.channels_last else "requested",
-        bf16_weights=bf16_weights,
-        bf16_weights_reason=bf16_weights_reason,
     )

@@ -16,14 +16,9 @@ from cpuft.distributed.group import DistContext, shutdown
 from cpuft.plan.resolve import settle_precision
 from cpuft.plan.speed_plan import SpeedPlan, make_plan
 from cpuft.runtime.process import place_process
+from cpuft.speedups.registry import decide
 from cpuft.topology import Topology, read_topology
 
-OWN_LOOP_OFF = {
-    "sparse_embeddings": "off in a loop of your own: torch's optimizers take dense gradients",
-    "counted_logits": "off in a loop of your own: the loss, and which logits it reads, are yours",
-}
-"""Speed-ups that only a recipe's loss and optimizer can use, with why a loop of one's own
-runs without them."""
 OWN_LOOP_COMPILE = "off in a loop of your own: call torch.compile yourself"
 
 
@@ -42,7 +37,7 @@ class Runtime:
         p = self.plan
         own = make_plan(cfg, self.topology).but(
             cores=p.cores, threads=p.threads, comm_cores=p.comm_cores, allocator=p.allocator,
-            allocator_reason=p.allocator_reason)
+            allocator_reason=p.allocator_reason, speedups=decide(cfg, self.topology))
         return settle_precision(own, cfg.speedups.precision)
 
     def close(self) -> None:
@@ -57,9 +52,9 @@ def start(cfg: TrainConfig, *, own_loop: bool = False, join: bool = True) -> Run
     script's own ``init_process_group``).
     """
     topology = read_topology()
-    plan = make_plan(cfg, topology)
+    plan = make_plan(cfg, topology).but(speedups=decide(cfg, topology, own_loop=own_loop))
     if own_loop:
-        plan = plan.without(OWN_LOOP_OFF).but(compile="off", compile_reason=OWN_LOOP_COMPILE)
+        plan = plan.but(compile="off", compile_reason=OWN_LOOP_COMPILE)
     plan = place_process(plan, cfg.speedups.pin_cores)
     dist = (context(cfg.distributed.backend, comm_cores=plan.comm_cores) if join
             else joined())
@@ -72,6 +67,7 @@ def preview(cfg: TrainConfig | None = None) -> SpeedPlan:
     """The plan a run of ``cfg`` (the defaults) would get on this machine, the precision
     measured, without placing this process or joining a job: what ``cpuft.report_plan`` shows
     before any model, and the precision rule a stock baseline shares."""
-    cfg = cfg or TrainConfig()
-    plan = settle_precision(make_plan(cfg, read_topology()), cfg.speedups.precision)
+    cfg, topology = cfg or TrainConfig(), read_topology()
+    plan = make_plan(cfg, topology).but(speedups=decide(cfg, topology))
+    plan = settle_precision(plan, cfg.speedups.precision)
     return plan.but(compile="off", compile_reason="not run") if plan.compile is None else plan

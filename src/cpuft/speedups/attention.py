@@ -11,8 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from cpuft.plan.choices import MATMUL_ATTENTION
+from cpuft.config import TrainConfig
+from cpuft.errors import CpuftError
+from cpuft.plan.choices import MATMUL_ATTENTION, choose_attention
+from cpuft.plan.speed_plan import Decision
 from cpuft.speedups.dropout import fast_dropout
+from cpuft.speedups.registry import PatchContext, SpeedUp, register
+from cpuft.topology import Topology
 
 
 def eager_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -52,3 +57,31 @@ def register_attention() -> str:
     AttentionInterface.register(MATMUL_ATTENTION, eager_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(MATMUL_ATTENTION, eager_mask)
     return MATMUL_ATTENTION
+
+
+class AttentionSpeedUp(SpeedUp):
+    """The attention kernel: its value is the implementation the model runs."""
+
+    name = "attention"
+
+    def decide(self, cfg: TrainConfig, topo: Topology) -> Decision:
+        s = cfg.speedups
+        return Decision(*choose_attention(s.attention, cfg.data.max_seq_length, s.fast_dropout))
+
+    def apply(self, model: Any, decision: Decision, ctx: PatchContext) -> Decision:
+        attention, reason = str(decision.value), decision.reason
+        if attention == MATMUL_ATTENTION:
+            register_attention()
+        if attention != "default":
+            try:
+                model.set_attn_implementation(attention)
+            except (ValueError, ImportError, AttributeError) as e:
+                if reason == "requested":
+                    raise CpuftError(f"this model cannot use {attention} attention ({e}): "
+                                     "pass --attention auto") from None
+                reason = f"the model has no switchable attention: {attention} not used"
+        runs = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        return Decision(str(runs or "default"), reason)
+
+
+register(AttentionSpeedUp())

@@ -20,13 +20,19 @@ parameter, where casting the gradients, torch's fused AdamW, the norm and the ca
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from cpuft.config import TrainConfig
 from cpuft.kernels.adamw import AdamWBf16, adamw_bf16
 from cpuft.optim import AdamW, clip_step, grad_norm
+from cpuft.plan.choices import choose_bf16_weights
+from cpuft.plan.speed_plan import Decision, SpeedPlan
+from cpuft.speedups.registry import PatchContext, SpeedUp, register
+from cpuft.topology import Topology
 
 
 def _to_bf16(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
@@ -220,3 +226,33 @@ class Bf16Weights:
         self.low, self.masters, self._hooks, self._grad_slots = [], [], [], []
         self.frozen = []
         self._low_of = {}
+
+
+def weights_for(plan: SpeedPlan) -> Callable[[nn.Module, bool], Bf16Weights] | None:
+    """What makes the training loop's weight holder (an ``engine.weights.WeightsFactory``)
+    where the plan holds bf16 weights; None otherwise."""
+    if plan.precision != "bf16" or not plan.on(Bf16WeightsSpeedUp.name):
+        return None
+
+    def hold(model: nn.Module, fused: bool) -> Bf16Weights:
+        return Bf16Weights(model, fused=fused)
+
+    return hold
+
+
+class Bf16WeightsSpeedUp(SpeedUp):
+    """Decided here, held by the training loop: the engine gets ``Bf16Weights`` as its weight
+    holder (``cpuft.job.build.fit_config``, ``cpuft.optimize``)."""
+
+    name = "bf16_weights"
+
+    def decide(self, cfg: TrainConfig, topo: Topology) -> Decision:
+        return Decision(*choose_bf16_weights(cfg.speedups.bf16_weights,
+                                             cfg.distributed.grad_compression))
+
+    def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
+        why = why_weights_stay_fp32(model) if ctx.precision == "bf16" else ""
+        return Decision(False, why) if why else decision
+
+
+register(Bf16WeightsSpeedUp())

@@ -14,6 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from cpuft.config import TrainConfig
+from cpuft.distributed import rank0_value
+from cpuft.plan.speed_plan import Decision
+from cpuft.speedups.registry import PatchContext, SpeedUp, register, switch
+from cpuft.topology import Topology
+
 MIN_GAIN = 1.05
 """Channels-last is kept only when it measures at least this much faster."""
 PROBE_SIZE = 64
@@ -101,3 +107,17 @@ def _inputs_to_channels_last(_module: nn.Module, args: tuple[Any, ...]) -> tuple
     return tuple(a.contiguous(memory_format=torch.channels_last)
                  if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args)
 
+
+class ChannelsLastSpeedUp(SpeedUp):
+    name = "channels_last"
+
+    def decide(self, cfg: TrainConfig, topo: Topology) -> Decision:
+        return switch(cfg.speedups.channels_last, "where it measures faster")
+
+    def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
+        on, reason = use_channels_last(model, ctx.example_input, ctx.precision,
+                                       shared=rank0_value)
+        return Decision(on, reason)
+
+
+register(ChannelsLastSpeedUp())

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 
 from cpuft.kernels.signature import Kernel
+from cpuft.plan.speed_plan import Decision
+from cpuft.speedups.registry import PatchContext, SpeedUp, register
 
 # SplitMix64 (Steele, Lea and Flood): word w of a stream is mix(seed + (w + 1) * GOLDEN).
 # The same constants are in cpuft/kernels/dropout_mask.c; a test holds the two paths equal.
@@ -150,3 +152,14 @@ def swap_dropout(model: nn.Module) -> int:
                 setattr(module, name, FastDropout(child.p, inplace=False))
                 count += 1
     return count
+
+
+class FastDropoutSpeedUp(SpeedUp):
+    name = "fast_dropout"
+
+    def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
+        swap_dropout(model)
+        return decision
+
+
+register(FastDropoutSpeedUp())

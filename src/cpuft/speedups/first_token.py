@@ -23,7 +23,9 @@ import torch
 from torch import nn
 
 from cpuft.plan.choices import MATMUL_ATTENTION
+from cpuft.plan.speed_plan import Decision
 from cpuft.speedups.dropout import fast_dropout
+from cpuft.speedups.registry import PatchContext, SpeedUp, not_applied, register
 
 # Sequence classifiers whose head reads position 0 of the last hidden state and nothing else.
 FIRST_TOKEN_HEADS = frozenset({
@@ -116,3 +118,13 @@ def use_first_token_layer(model: nn.Module) -> str:
         return layer
     layer.forward = types.MethodType(_first_token_forward, layer)
     return ""
+
+
+class FirstTokenSpeedUp(SpeedUp):
+    name = "first_token_layer"
+
+    def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
+        return not_applied(use_first_token_layer(model), decision)
+
+
+register(FirstTokenSpeedUp())

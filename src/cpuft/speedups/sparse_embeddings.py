@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from torch import nn
 
+from cpuft.plan.speed_plan import Decision
+from cpuft.speedups.registry import PatchContext, SpeedUp, not_applied, register
+
 
 def make_embeddings_sparse(model: nn.Module) -> str:
     """Have the word embedding give sparse gradients; the reason it cannot, or ''."""
@@ -21,3 +24,14 @@ def make_embeddings_sparse(model: nn.Module) -> str:
         return "the word embedding renormalises rows (max_norm)"
     embedding.sparse = True
     return ""
+
+
+class SparseEmbeddingsSpeedUp(SpeedUp):
+    name = "sparse_embeddings"
+    own_loops = "off in a loop of your own: torch's optimizers take dense gradients"
+
+    def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
+        return not_applied(make_embeddings_sparse(model), decision)
+
+
+register(SparseEmbeddingsSpeedUp())

@@ -1,0 +1,97 @@
+"""The speed-ups that patch a model, each one module registered here: its decision from the
+settings and the machine, its patch, and whether loops of one's own get it.
+
+The plan holds their decisions by name (``SpeedPlan.speedups``); ``decide`` makes them and
+``apply_speedups`` applies them, in registration order, one loop each. Adding a speed-up is a
+module with a ``SpeedUp`` subclass and one ``register`` call (and, for a switch users can flip,
+a field in ``config.sections.SpeedupConfig``: flags and config files are built before torch
+loads, from the settings alone).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from cpuft.config import TrainConfig
+from cpuft.plan.speed_plan import Decision, SpeedPlan
+from cpuft.topology import Topology
+
+BUILT_IN = ("dropout", "attention", "sparse_embeddings", "first_token", "counted_logits",
+            "channels_last", "bf16_weights")
+"""The modules of cpuft's own speed-ups, in the order they patch a model."""
+_REGISTRY: dict[str, SpeedUp] = {}
+
+
+@dataclass(frozen=True)
+class PatchContext:
+    """What a patch may need besides the model."""
+
+    precision: str | None
+    example_input: Any = None
+    """An input batch to measure on (channels-last); None for a made-up one."""
+
+
+class SpeedUp:
+    """One speed-up. ``name`` is its setting (where it has one) and its summary.json field."""
+
+    name: ClassVar[str]
+    own_loops: ClassVar[str] = ""
+    """Why loops of one's own (``cpuft.fit``, ``cpuft.optimize``) run without it; '' when they
+    get it too."""
+
+    def decide(self, cfg: TrainConfig, topo: Topology) -> Decision:
+        """On or off (or which variant), and why, from the settings and the machine alone."""
+        return switch(getattr(cfg.speedups, self.name, True))
+
+    def apply(self, model: Any, decision: Decision, ctx: PatchContext) -> Decision:
+        """Patch ``model`` as ``decision`` (which is on) says; the decision as the model now
+        runs: off with the reason where the patch could not apply."""
+        raise NotImplementedError
+
+
+def switch(requested: bool, default_reason: str = "on by default") -> Decision:
+    """The decision of a speed-up that its setting alone turns on or off."""
+    return Decision(True, default_reason) if requested else Decision(False, "requested")
+
+
+def not_applied(why_not: str, decision: Decision) -> Decision:
+    """``decision`` if a patch that returns why it could not apply ('' when it did) applied."""
+    return Decision(False, why_not) if why_not else decision
+
+
+def register(speedup: SpeedUp) -> SpeedUp:
+    """Add ``speedup``, after those already registered; a name again replaces its entry."""
+    _REGISTRY[speedup.name] = speedup
+    return speedup
+
+
+def registered() -> dict[str, SpeedUp]:
+    """Every registered speed-up by name: cpuft's own first, in patching order (whatever order
+    their modules were imported in), then the others in the order they were registered."""
+    modules = [f"cpuft.speedups.{module}" for module in BUILT_IN]
+    for module in modules:
+        importlib.import_module(module)
+
+    def rank(name: str) -> int:
+        module = type(_REGISTRY[name]).__module__
+        return modules.index(module) if module in modules else len(modules)
+
+    return {name: _REGISTRY[name] for name in sorted(_REGISTRY, key=rank)}
+
+
+def decide(cfg: TrainConfig, topo: Topology, *, own_loop: bool = False) -> dict[str, Decision]:
+    """Each speed-up's decision; in a loop of one's own, off where it needs a recipe."""
+    return {name: (Decision(False, s.own_loops) if own_loop and s.own_loops
+                   else s.decide(cfg, topo)) for name, s in registered().items()}
+
+
+def apply_speedups(model: Any, plan: SpeedPlan, example_input: Any = None) -> SpeedPlan:
+    """Apply each speed-up the plan has on, in order; the plan with what the model really runs
+    and why each patch that could not apply did not."""
+    ctx = PatchContext(precision=plan.precision, example_input=example_input)
+    speedups = registered()
+    applied = {name: speedups[name].apply(model, d, ctx) if d.on else d
+               for name, d in plan.speedups.items()}
+    return plan.but(speedups=applied)
