@@ -140,8 +140,10 @@ def test_another_recipes_setting_is_refused(capsys, tiny_model, tmp_path, extra,
     assert_clean_failure(code, err, out, f"{setting} is a setting of the {owner} recipe")
 
 
-def test_another_recipes_setting_in_a_config_file_is_refused(capsys, tiny_model, tmp_path):
-    (tmp_path / "run.toml").write_text("[model]\nlora_alpha = 32\n")
+@pytest.mark.parametrize("text", ["[causal-lm]\nlora_alpha = 32\n", "lora-alpha = 32\n"])
+def test_another_recipes_setting_in_a_config_file_is_refused(capsys, tiny_model, tmp_path,
+                                                             text):
+    (tmp_path / "run.toml").write_text(text)
     out = tmp_path / "o"
     code, err = run_main(capsys, base(tiny_model, out, "--config", str(tmp_path / "run.toml")))
     assert_clean_failure(code, err, out, "--lora-alpha is a setting of the causal-lm recipe")

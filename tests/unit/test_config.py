@@ -1,7 +1,7 @@
 import pytest
 
 from cpuft.cli.main import build_parser
-from cpuft.config import build_config, load_config_file
+from cpuft.config import ClassifierConfig, build_config, load_config_file
 from cpuft.errors import CpuftError
 
 
@@ -23,7 +23,8 @@ def test_flags_override_toml(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text('lr = 3e-5\nbatch-size = 16\ntext_columns = "a,b"\n')
     cfg = parse("--config", str(f), "--batch-size", "8", "--no-fused-optimizer")
-    assert (cfg.optimization.lr, cfg.optimization.batch_size, cfg.data.text_columns,
+    assert (cfg.optimization.lr, cfg.optimization.batch_size,
+            cfg.of(ClassifierConfig).text_columns,
             cfg.speedups.fused_optimizer) == (
         3e-5, 8, ["a", "b"], False)
 
@@ -79,11 +80,13 @@ def test_choices_and_numbers_are_checked_when_the_config_is_built(tmp_path, text
 
 
 def test_every_setting_has_help_and_every_recipe_choice_a_recipe():
-    import typing
 
+    from cpuft.config import registered_recipes
     from cpuft.config.fields import settings
-    from cpuft.config.sections import Recipe
-    from cpuft.recipes import RECIPES
 
     assert all(s.help for s in settings().values())
-    assert set(typing.get_args(Recipe)) == set(RECIPES)
+    assert settings()["recipe"].choices == tuple(registered_recipes())
+    assert tuple(registered_recipes()) == ("classifier", "causal-lm")
+    assert {s.name for s in settings().values() if s.recipe == "causal-lm"} == {
+        "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "merge",
+        "gradient_checkpointing"}

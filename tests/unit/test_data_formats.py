@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from cpuft.config import DataConfig
+from cpuft.config import ClassifierConfig, DataConfig
 from cpuft.data.prepare import load_labelled
 from tests.helpers import sentiment_rows, write_csv
 
@@ -30,13 +30,13 @@ def write_format(tmp_path, suffix):
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".json", ".jsonl", ".parquet"])
 def test_every_format_loads_and_holds_out_a_seeded_split(tmp_path, suffix):
     path = write_format(tmp_path, suffix)
-    cfg = DataConfig(train_file=str(path), text_columns=["review"], label_column="y",
-                      validation_split=0.25)
-    data = load_labelled(cfg)
+    cfg = DataConfig(train_file=str(path), validation_split=0.25)
+    columns = ClassifierConfig(text_columns=["review"], label_column="y")
+    data = load_labelled(cfg, columns)
     assert data.size("train") == 30 and data.size("validation") == 10
     assert data.label_map.labels == ("neg", "pos")
     assert data.metrics == ("accuracy", "f1")
-    again = load_labelled(cfg)
+    again = load_labelled(cfg, columns)
     assert again.texts["validation"] == data.texts["validation"]
 
 
@@ -44,8 +44,8 @@ def test_regression_labels_and_two_text_columns(tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text("".join(
         json.dumps({"a": f"good {i}", "b": "film", "score": i / 3}) + "\n" for i in range(12)))
-    data = load_labelled(DataConfig(train_file=str(path), text_columns=["a", "b"],
-                                     label_column="score"))
+    data = load_labelled(DataConfig(train_file=str(path)),
+                         ClassifierConfig(text_columns=["a", "b"], label_column="score"))
     assert data.label_map.regression and data.metrics == ("pearson", "spearman")
     assert all(len(t) == 2 for t in data.texts["train"])
 
@@ -79,7 +79,7 @@ def test_glue_layouts(tmp_path, task):
         ))
     for name in ("train.tsv", "dev_matched.tsv" if task == "mnli" else "dev.tsv"):
         (tmp_path / name).write_text(header + "".join(rows))
-    data = load_labelled(DataConfig(task=task, data_dir=str(tmp_path)))
+    data = load_labelled(DataConfig(task=task), ClassifierConfig(data_dir=str(tmp_path)))
     assert data.size("train") == 12 and data.size("validation") == 12
     assert data.metrics == METRICS.get(task, ("accuracy",))
     assert data.texts["train"][0][0] == 'he said "good" 0'  # quotes kept: GLUE TSV has no quoting
@@ -99,5 +99,5 @@ def test_a_row_without_a_label_is_named_not_made_a_class(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(CpuftError, match=r"row 2 has no label in column 'y'"):
-        load_labelled(DataConfig(train_file=str(path), text_columns=["review"],
-                                  label_column="y"))
+        load_labelled(DataConfig(train_file=str(path)),
+                      ClassifierConfig(text_columns=["review"], label_column="y"))

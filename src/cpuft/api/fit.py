@@ -129,7 +129,7 @@ def pair_loss(criterion: Callable[[Any, Any], torch.Tensor]) -> LossFn:
 NOT_READ = {"batch_size", "eval_batch_size", "dynamic_padding", "group_by_length",
             "gradient_checkpointing"}
 """cpuft train settings of how batches and models are made, which cpuft.fit takes as given
-(with the whole model and data sections)."""
+(with the model and data sections and the recipes' own)."""
 
 
 def _config(settings_given: dict[str, Any]) -> TrainConfig:
@@ -138,8 +138,8 @@ def _config(settings_given: dict[str, Any]) -> TrainConfig:
     if unknown:
         raise CpuftError(f"cpuft.fit: unknown setting {unknown[0]!r} (the names are cpuft "
                          "train's flags, with _ for -)")
-    unread = sorted(name for name in settings_given
-                    if known[name].section in ("model", "data") or name in NOT_READ)
+    unread = sorted(name for name in settings_given if known[name].recipe or name in NOT_READ
+                    or known[name].section in ("model", "data"))
     if unread:
         raise CpuftError(f"cpuft.fit: {unread[0]} is a cpuft train setting that cpuft.fit does "
                          "not read: it trains the model and the batches you give it")

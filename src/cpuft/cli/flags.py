@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from cpuft.config import TrainConfig, build_config, load_config_file
-from cpuft.config.fields import settings
+from cpuft.config.fields import all_sections, settings
 from cpuft.config.sections import SECTIONS
 
 
@@ -19,13 +19,14 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     fill them."""
     parser.add_argument("--config", metavar="FILE", help="TOML or YAML file of these settings; "
                         "flags given on the command line override it.")
-    groups = {name: parser.add_argument_group(f"{name} settings") for name in SECTIONS}
+    groups = {name: parser.add_argument_group(
+        f"{name} settings" if name in SECTIONS else f"{name} recipe settings (other recipes "
+        "refuse them)") for name in all_sections()}
     for s in settings().values():
         kwargs: dict[str, Any] = {
             "dest": s.name,
             "default": argparse.SUPPRESS,
-            "help": (f"{s.help} (default: {s.default!r}"
-                     + (f"; {s.recipe} recipe only)" if s.recipe else ")")),
+            "help": f"{s.help} (default: {s.default!r})",
         }
         if s.kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction

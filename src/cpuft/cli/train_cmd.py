@@ -18,7 +18,9 @@ from cpuft.cli.launch_flags import (
 )
 
 DESCRIPTION = """\
-Fine-tune a pretrained model for sequence classification (or regression).
+Fine-tune a pretrained model with a recipe: classifier (sequence classification or
+regression, the default), causal-lm (a decoder, in full or with LoRA), or one registered with
+cpuft.config.register_recipe. Each recipe's own settings are refused by the others.
 
 With no arguments it runs the default job: all-MiniLM-L6-v2 on Rotten Tomatoes review snippets
 (fresh/rotten) for one epoch, with a fixed seeded train/validation/test split.

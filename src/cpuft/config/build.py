@@ -9,12 +9,14 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Iterable
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from cpuft.config.fields import Setting, settings
-from cpuft.config.sections import SECTIONS, TrainConfig
+from cpuft.config.fields import Setting, all_sections, settings
+from cpuft.config.recipes import recipe_spec
+from cpuft.config.sections import SECTIONS, CausalLmConfig, ClassifierConfig, TrainConfig
 from cpuft.errors import CpuftError
 
 
@@ -44,14 +46,15 @@ def load_config_file(path: str) -> dict[str, Any]:
         raise CpuftError(f"config file {path}: expected a table of settings")
     data = data.get("train", data)
     known = settings()
+    tables = {section.replace("-", "_"): section for section in all_sections()}
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
-        if name in SECTIONS and isinstance(value, dict):
+        if name in tables and isinstance(value, dict):
             for inner, inner_value in value.items():
                 inner_name = str(inner).replace("-", "_")
-                if known.get(inner_name) is None or known[inner_name].section != name:
-                    raise CpuftError(f"config file {path}: unknown setting {name}.{inner}")
+                if known.get(inner_name) is None or known[inner_name].section != tables[name]:
+                    raise CpuftError(f"config file {path}: unknown setting {key}.{inner}")
                 out[inner_name] = _from_file(known[inner_name], inner_value)
             continue
         if name not in known:
@@ -92,19 +95,23 @@ def config_from(values: dict[str, Any], base: TrainConfig | None = None) -> Trai
             raise CpuftError(f"unknown setting {name!r}")
         by_section.setdefault(known[name].section, {})[name] = _checked(known[name], value)
     cfg = base or TrainConfig()
-    return replace(cfg, **{section: replace(getattr(cfg, section), **changed)
-                           for section, changed in by_section.items()})
+    shared = {section: replace(getattr(cfg, section), **changed)
+              for section, changed in by_section.items() if section in SECTIONS}
+    own = {section: replace(cfg.recipes[section], **changed)
+           for section, changed in by_section.items() if section not in SECTIONS}
+    return replace(cfg, **shared, recipes=MappingProxyType({**cfg.recipes, **own}))
 
 
 def to_flat(cfg: TrainConfig) -> dict[str, Any]:
     """Every setting by its flat name, as run folders record them (cpuft_run.json)."""
-    return {name: value for f in fields(cfg)
-            for name, value in asdict(getattr(cfg, f.name)).items()}
+    sections = [getattr(cfg, name) for name in SECTIONS] + list(cfg.recipes.values())
+    return {name: value for section in sections for name, value in asdict(section).items()}
 
 
 def validate(cfg: TrainConfig) -> None:
     """Reject settings that cannot work, before anything is loaded."""
     d, o, s, dist = cfg.data, cfg.optimization, cfg.speedups, cfg.distributed
+    lm, columns = cfg.of(CausalLmConfig), cfg.of(ClassifierConfig)
     checks = [
         (o.batch_size > 0, "--batch-size must be positive"),
         (o.grad_accum > 0, "--grad-accum must be positive"),
@@ -121,23 +128,16 @@ def validate(cfg: TrainConfig) -> None:
         (o.max_grad_norm >= 0, "--max-grad-norm must be 0 (no clipping) or positive"),
         (s.threads >= 0, "--threads must be 0 (one per physical core) or positive"),
         (dist.bucket_cap_mb >= 0, "--bucket-cap-mb must be 0 (by gradient type) or positive"),
-        (len(d.text_columns) <= 2, "--text-columns takes one or two columns"),
+        (len(columns.text_columns) <= 2, "--text-columns takes one or two columns"),
         (d.max_train_samples >= 0, "--max-train-samples must be 0 (all) or positive"),
         (d.max_eval_samples >= 0, "--max-eval-samples must be 0 (all) or positive"),
-        (cfg.model.lora_r >= 0, "--lora-r must be 0 (full fine-tuning) or positive"),
-        (cfg.model.lora_alpha > 0, "--lora-alpha must be positive"),
-        (0 <= cfg.model.lora_dropout < 1, "--lora-dropout must be in [0, 1)"),
+        (lm.lora_r >= 0, "--lora-r must be 0 (full fine-tuning) or positive"),
+        (lm.lora_alpha > 0, "--lora-alpha must be positive"),
+        (0 <= lm.lora_dropout < 1, "--lora-dropout must be in [0, 1)"),
     ]
     for ok, message in checks:
         if not ok:
             raise CpuftError(message)
-
-
-RECIPE_DEFAULTS: dict[str, dict[str, Any]] = {
-    # LoRA adapters start at zero and train a few million weights: they take a larger step.
-    "causal-lm": {"lr": 1e-3, "eval_batch_size": 32},
-}
-"""Settings whose default differs by recipe; a config file or a flag still overrides them."""
 
 
 def refuse_other_recipes(recipe: str, given: Iterable[str]) -> None:
@@ -156,7 +156,8 @@ def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> Tr
     """Defaults, the recipe's defaults, the config file, then the flags the user gave."""
     given = {**file_values, **flag_values}
     recipe = given.get("recipe", settings()["recipe"].default)
+    spec = recipe_spec(recipe)
     refuse_other_recipes(recipe, given)
-    cfg = config_from({**RECIPE_DEFAULTS.get(recipe, {}), **given})
+    cfg = config_from({**spec.defaults, **given})
     validate(cfg)
     return cfg

@@ -13,6 +13,7 @@ from functools import cache
 from typing import Any
 
 from cpuft.config import sections
+from cpuft.errors import CpuftError
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +27,7 @@ class Setting:
     """The Literal's values; empty for a free value."""
     help: str
     recipe: str = ""
-    """The one recipe that reads it; empty when every recipe does."""
+    """The one recipe that reads it (its section's); empty when every recipe does."""
     same_on_resume: bool = False
     """A resumed run must keep its value."""
 
@@ -52,17 +53,34 @@ def _kind_and_choices(hint: Any) -> tuple[type, tuple[str, ...]]:
     return hint, ()
 
 
+def all_sections() -> dict[str, type]:
+    """The shared sections, then each registered recipe's own, by name."""
+    from cpuft.config.recipes import registered_recipes
+
+    own = {name: spec.settings for name, spec in registered_recipes().items()
+           if spec.settings is not None}
+    return {**sections.SECTIONS, **own}
+
+
 @cache
 def settings() -> dict[str, Setting]:
+    """Every setting by its flat name; cleared when a recipe registers."""
+    from cpuft.config.recipes import registered_recipes
+
     out: dict[str, Setting] = {}
-    for section, cls in sections.SECTIONS.items():
-        hints = typing.get_type_hints(cls, vars(sections))
+    for section, cls in all_sections().items():
+        hints = typing.get_type_hints(cls)
         docs = _docstrings(cls)
         for f in fields(cls):
+            if f.name in out:
+                raise CpuftError(f"the {section} settings declare {f.name}, which the "
+                                 f"{out[f.name].section} settings already have")
             default = f.default if f.default_factory is MISSING else f.default_factory()
             kind, choices = _kind_and_choices(hints[f.name])
+            if f.name == "recipe":
+                choices = tuple(registered_recipes())
             out[f.name] = Setting(name=f.name, section=section, default=default, kind=kind,
                                   choices=choices, help=docs.get(f.name, ""),
-                                  recipe=f.metadata.get("recipe", ""),
+                                  recipe=section if section not in sections.SECTIONS else "",
                                   same_on_resume=f.metadata.get("same_on_resume", False))
     return out

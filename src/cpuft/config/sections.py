@@ -1,5 +1,6 @@
 """The settings of a run, in sections: what to train on, which model, how to optimise, which
-speed-ups, how ranks work together, and where the output goes.
+speed-ups, how ranks work together, and where the output goes; and each recipe's own section
+(``ClassifierConfig``, ``CausalLmConfig``), whose settings the other recipes refuse.
 
 Each field's docstring is its help text (``cpuft train --help`` reads it, see
 ``cpuft.config.fields``); each choice is a ``Literal``, checked when the config is built.
@@ -8,10 +9,13 @@ No torch here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, Literal, TypeVar
 
-Recipe = Literal["classifier", "causal-lm"]
+from cpuft.errors import CpuftError
+
 Precision = Literal["auto", "bf16", "fp32"]
 CompileMode = Literal["auto", "on", "off"]
 Attention = Literal["auto", "eager", "sdpa"]
@@ -21,37 +25,58 @@ GradCompression = Literal["none", "bf16", "powersgd"]
 LrSchedule = Literal["linear", "constant"]
 
 DEFAULT_TASK = "rotten_tomatoes"
-CAUSAL_LM, CLASSIFIER = "causal-lm", "classifier"
+T = TypeVar("T")
 
 
-def setting(default: Any = MISSING, *, factory: Any = MISSING, recipe: str = "",
+def setting(default: Any = MISSING, *, factory: Any = MISSING,
             same_on_resume: bool = False) -> Any:
-    """A field with what cpuft must know of it besides its value: the one recipe that reads it
-    (any other refuses it), and whether a resumed run must keep it (with another value its
-    remaining steps would see other data or other updates)."""
+    """A field with what cpuft must know of it besides its value: whether a resumed run must
+    keep it (with another value its remaining steps would see other data or other updates)."""
     return field(default=default, default_factory=factory,
-                 metadata={"recipe": recipe, "same_on_resume": same_on_resume})
+                 metadata={"same_on_resume": same_on_resume})
 
 
 @dataclass(kw_only=True, frozen=True)
 class ModelConfig:
-    recipe: Recipe = setting("classifier", same_on_resume=True)
-    """What to fine-tune the model for: classifier (sequence classification or regression) or
-    causal-lm (a decoder on text, prompt/response pairs or chats)."""
+    recipe: str = setting("classifier", same_on_resume=True)
+    """What to fine-tune the model for: classifier (sequence classification or regression),
+    causal-lm (a decoder on text, prompt/response pairs or chats), or a recipe registered with
+    cpuft.config.recipes.register_recipe."""
     model: str = setting("", same_on_resume=True)
     """Local model folder, a .gguf file, or a hub id (default: all-MiniLM-L6-v2 for classifier,
     SmolLM2-135M-Instruct for causal-lm, both from PyPI)."""
-    lora_r: int = setting(8, recipe=CAUSAL_LM, same_on_resume=True)
+
+
+@dataclass(kw_only=True, frozen=True)
+class ClassifierConfig:
+    """The classifier recipe's own settings."""
+
+    data_dir: str = setting("", same_on_resume=True)
+    """Folder with a GLUE task's train.tsv and dev.tsv."""
+    text_columns: list[str] = setting(factory=list, same_on_resume=True)
+    """One or two text columns, comma separated (with --train-file)."""
+    label_column: str = setting("label", same_on_resume=True)
+    """Label column (strings, integers or floats for regression)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class CausalLmConfig:
+    """The causal-LM recipe's own settings."""
+
+    lora_r: int = setting(8, same_on_resume=True)
     """The rank of LoRA adapters; 0 fine-tunes every weight instead."""
-    lora_alpha: int = setting(16, recipe=CAUSAL_LM, same_on_resume=True)
+    lora_alpha: int = setting(16, same_on_resume=True)
     """LoRA's scale numerator (the adapters' update is scaled by alpha / r)."""
-    lora_dropout: float = setting(0.05, recipe=CAUSAL_LM, same_on_resume=True)
+    lora_dropout: float = setting(0.05, same_on_resume=True)
     """Dropout on the LoRA adapters' input."""
-    lora_targets: list[str] = setting(factory=list, recipe=CAUSAL_LM, same_on_resume=True)
+    lora_targets: list[str] = setting(factory=list, same_on_resume=True)
     """Module names the adapters go on, comma separated (default: the attention and
     MLP projections)."""
-    merge: bool = setting(False, recipe=CAUSAL_LM)
+    merge: bool = False
     """With LoRA, also save the base model with the adapters merged in (merged/)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of keeping them: less memory, about a
+    third more compute."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -59,18 +84,12 @@ class DataConfig:
     task: str = setting("", same_on_resume=True)
     """Task name: rotten_tomatoes (built in), or a GLUE task (mrpc, sst2, cola, qnli, qqp, rte,
     stsb, mnli) read from --data-dir. Default: rotten_tomatoes unless files are given."""
-    data_dir: str = setting("", recipe=CLASSIFIER, same_on_resume=True)
-    """Folder with a GLUE task's train.tsv and dev.tsv."""
     train_file: str = setting("", same_on_resume=True)
     """Training data: CSV, TSV, JSON, JSONL or parquet."""
     validation_file: str = setting("", same_on_resume=True)
     """Validation data, same formats (default: --validation-split)."""
     test_file: str = ""
     """Optional labelled test data, evaluated after training."""
-    text_columns: list[str] = setting(factory=list, recipe=CLASSIFIER, same_on_resume=True)
-    """One or two text columns, comma separated (with --train-file)."""
-    label_column: str = setting("label", recipe=CLASSIFIER, same_on_resume=True)
-    """Label column (strings, integers or floats for regression)."""
     validation_split: float = setting(0.1, same_on_resume=True)
     """Fraction of the training data held out (seeded) when there is no validation file."""
     max_seq_length: int = setting(128, same_on_resume=True)
@@ -164,9 +183,6 @@ class SpeedupConfig:
     """Pin the process to one logical CPU per physical core."""
     allocator: Allocator = "auto"
     """Preloaded allocator: auto (tcmalloc, else jemalloc), tcmalloc, jemalloc, system."""
-    gradient_checkpointing: bool = setting(False, recipe=CAUSAL_LM)
-    """Recompute activations in the backward pass instead of keeping them: less memory, about a
-    third more compute."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -199,10 +215,27 @@ class TrainConfig:
     speedups: SpeedupConfig = field(default_factory=SpeedupConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    recipes: Mapping[str, Any] = field(default_factory=lambda: default_recipe_settings())
+    """Each registered recipe's own section by recipe name (the defaults where none was set)."""
+
+    def of(self, section: type[T]) -> T:
+        """The recipe section of class ``section``: ``cfg.of(CausalLmConfig).lora_r``."""
+        for value in self.recipes.values():
+            if isinstance(value, section):
+                return value
+        raise CpuftError(f"internal: no recipe registered {section.__name__}")
+
+
+def default_recipe_settings() -> Mapping[str, Any]:
+    from cpuft.config.recipes import registered_recipes
+
+    return MappingProxyType({name: spec.settings() for name, spec in registered_recipes().items()
+                             if spec.settings is not None})
 
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "data": DataConfig, "optimization": OptimizationConfig,
     "speedups": SpeedupConfig, "distributed": DistributedConfig, "output": OutputConfig,
 }
-"""Section name (a config file's table) to its class, in the order help shows them."""
+"""The shared sections by name (a config file's table), in the order help shows them; each
+recipe's own section follows, named as the recipe."""

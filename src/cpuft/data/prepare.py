@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cpuft.config import DEFAULT_TASK, DataConfig
+from cpuft.config import DEFAULT_TASK, ClassifierConfig, DataConfig
 from cpuft.data.labels import LabelMap
 from cpuft.data.tables import load_table
 from cpuft.data.tasks import get_task
@@ -47,23 +47,24 @@ class Encoded:
         return [len(ids) for ids in self.input_ids]
 
 
-def _raw_splits(cfg: DataConfig) -> tuple[str, tuple[str, ...], str, tuple[str, ...], bool | None,
-                                          dict[str, Any]]:
+def _raw_splits(cfg: DataConfig, columns: ClassifierConfig
+                ) -> tuple[str, tuple[str, ...], str, tuple[str, ...], bool | None,
+                           dict[str, Any]]:
     """(task, text columns, label column, metrics, regression, raw splits) from the config."""
     if cfg.train_file:
-        if cfg.task or cfg.data_dir:
+        if cfg.task or columns.data_dir:
             raise CpuftError("give either --task/--data-dir or --train-file, not both")
-        if not cfg.text_columns:
+        if not columns.text_columns:
             raise CpuftError("--train-file needs --text-columns (one or two column names)")
-        raw = {"train": _labelled_table(cfg.train_file, cfg.label_column)}
+        raw = {"train": _labelled_table(cfg.train_file, columns.label_column)}
         if cfg.validation_file:
-            raw["validation"] = _labelled_table(cfg.validation_file, cfg.label_column)
+            raw["validation"] = _labelled_table(cfg.validation_file, columns.label_column)
         else:
             raw = _hold_out(raw["train"], cfg.validation_split, cfg.train_file)
         if cfg.test_file:
-            raw["test"] = _labelled_table(cfg.test_file, cfg.label_column)
+            raw["test"] = _labelled_table(cfg.test_file, columns.label_column)
         task = Path(cfg.train_file).stem
-        return task, tuple(cfg.text_columns), cfg.label_column, (), None, raw
+        return task, tuple(columns.text_columns), columns.label_column, (), None, raw
     if cfg.validation_file or cfg.test_file:
         raise CpuftError("--validation-file and --test-file need --train-file")
     spec = get_task(cfg.task or DEFAULT_TASK)
@@ -72,9 +73,9 @@ def _raw_splits(cfg: DataConfig) -> tuple[str, tuple[str, ...], str, tuple[str, 
 
         raw = rotten_tomatoes.load_splits()
     else:
-        if not cfg.data_dir:
+        if not columns.data_dir:
             raise CpuftError(f"task {spec.name} needs --data-dir (a folder with its TSV files)")
-        d = Path(cfg.data_dir)
+        d = Path(columns.data_dir)
         if not d.is_dir():
             raise CpuftError(f"--data-dir {d}: no such folder")
         raw = {
@@ -122,9 +123,10 @@ def default_metrics(label_map: LabelMap) -> tuple[str, ...]:
     return ("accuracy", "f1") if label_map.num_labels == 2 else ("accuracy",)
 
 
-def load_labelled(cfg: DataConfig) -> LabelledSplits:
+def load_labelled(cfg: DataConfig, columns: ClassifierConfig | None = None) -> LabelledSplits:
     """Load every split, check its columns and labels, and encode the labels."""
-    task, text_cols, label_col, metrics, regression, raw = _raw_splits(cfg)
+    task, text_cols, label_col, metrics, regression, raw = _raw_splits(
+        cfg, columns or ClassifierConfig())
     for split, ds in raw.items():
         missing = [c for c in (*text_cols, label_col) if c not in ds.column_names]
         if missing:
@@ -142,8 +144,8 @@ def load_labelled(cfg: DataConfig) -> LabelledSplits:
         metrics=metrics or default_metrics(label_map),
     )
     for split, ds in raw.items():
-        columns = [["" if t is None else str(t) for t in ds[c]] for c in text_cols]
-        out.texts[split] = list(zip(*columns, strict=True))
+        texts = [["" if t is None else str(t) for t in ds[c]] for c in text_cols]
+        out.texts[split] = list(zip(*texts, strict=True))
         out.labels[split] = label_map.encode(ds[label_col], where=f"{split} data")
     return out
 

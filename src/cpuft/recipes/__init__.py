@@ -1,27 +1,23 @@
 """Recipes: one module per kind of job, each turning a config into a ``Task`` (``base``).
-Adding a recipe is one module and one line in ``RECIPES``."""
+They are chosen by name from ``cpuft.config.recipes``, where each registers with its own
+settings."""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
-from cpuft.errors import CpuftError
+from cpuft.config.recipes import recipe_spec
 
 if TYPE_CHECKING:
     from cpuft.recipes.base import Recipe
 
-RECIPES = {
-    "classifier": "cpuft.recipes.classifier:ClassifierRecipe",
-    "causal-lm": "cpuft.recipes.causal_lm:CausalLmRecipe",
-}
-"""Recipe name (``--recipe``) to the class that implements it, imported when chosen."""
-
 
 def get_recipe(name: str) -> Recipe:
-    import importlib
-
-    if name not in RECIPES:
-        raise CpuftError(f"unknown recipe {name!r}: use {', '.join(RECIPES)}")
-    module, _, cls = RECIPES[name].partition(":")
-    recipe: Recipe = getattr(importlib.import_module(module), cls)()
+    """The recipe registered as ``name``, its module imported now."""
+    make = recipe_spec(name).recipe
+    if isinstance(make, str):
+        module, _, attr = make.partition(":")
+        make = getattr(importlib.import_module(module), attr)
+    recipe: Recipe = make()
     return recipe

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from cpuft.config import TrainConfig
+from cpuft.config import CausalLmConfig, TrainConfig
 from cpuft.data.batching import TokenBatches
 from cpuft.data.lm import LmCollator, LmRows, encode_lm, read_lm_file
 from cpuft.data.prepare import Encoded
@@ -57,9 +57,6 @@ def subset_rows(rows: LmRows, limit: int) -> LmRows:
 
 def _load_rows(cfg: TrainConfig) -> tuple[str, dict[str, LmRows]]:
     d = cfg.data
-    if d.data_dir or d.text_columns:
-        raise CpuftError("--recipe causal-lm reads --train-file (and --validation-file, "
-                         "--test-file) or a built-in --task, not --data-dir or --text-columns")
     if d.task and d.task not in TASKS:
         raise CpuftError(f"--recipe causal-lm: unknown task {d.task!r}: use {', '.join(TASKS)}, "
                          "or --train-file")
@@ -91,7 +88,7 @@ def _load_rows(cfg: TrainConfig) -> tuple[str, dict[str, LmRows]]:
 
 def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
     """The model with LoRA adapters (only they train), or the model itself for --lora-r 0."""
-    m = cfg.model
+    m = cfg.of(CausalLmConfig)
     if m.lora_r == 0:
         return model
     import warnings
@@ -143,9 +140,10 @@ class CausalLmRecipe:
         torch.manual_seed(cfg.optimization.seed)
         model, tokenizer = load_causal_lm(folder, gguf_file)
         model = apply_lora(model, cfg)
-        if cfg.speedups.gradient_checkpointing:
+        own = cfg.of(CausalLmConfig)
+        if own.gradient_checkpointing:
             model.gradient_checkpointing_enable()  # type: ignore[operator]
-            if cfg.model.lora_r:
+            if own.lora_r:
                 model.enable_input_require_grads()  # type: ignore[operator]
         limit = getattr(model.config, "max_position_embeddings", None)
         if isinstance(limit, int) and d.max_seq_length > limit:
@@ -180,7 +178,7 @@ class CausalLmRecipe:
         def save(trained: nn.Module, out: Path) -> None:
             trained.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]
             tokenizer.save_pretrained(out)
-            if cfg.model.merge and cfg.model.lora_r:
+            if own.merge and own.lora_r:
                 from peft import PeftModel
 
                 # Into the base as it was loaded: a base held in bf16 while training comes
@@ -196,10 +194,10 @@ class CausalLmRecipe:
             batches=batches, evaluate=evaluate, save=save, evaluate_before=True,
             describe=lambda: {"model": model_name, "task": task_name,
                               "data_kind": splits["train"].kind,
-                              "lora": ({"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha,
-                                        "dropout": cfg.model.lora_dropout,
-                                        "targets": cfg.model.lora_targets or "all-linear"}
-                                       if cfg.model.lora_r else None),
+                              "lora": ({"r": own.lora_r, "alpha": own.lora_alpha,
+                                        "dropout": own.lora_dropout,
+                                        "targets": own.lora_targets or "all-linear"}
+                                       if own.lora_r else None),
                               "trainable_parameters": trainable,
                               "parameters": sum(p.numel() for p in model.parameters())},
             tokenizer=tokenizer, encoded=encoded, choices=choices, collator=collator,

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from cpuft.config import TrainConfig
+from cpuft.config import ClassifierConfig, TrainConfig
 from cpuft.data.batching import Collator, TokenBatches
 from cpuft.data.labels import LabelMap
 from cpuft.data.prepare import Encoded, LabelledSplits, encode, load_labelled
@@ -60,7 +60,8 @@ class ClassifierRecipe:
     build_model: ModelBuilder | None = None
 
     def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> ClassifierTask:
-        data = _subsets(load_labelled(cfg.data), cfg, say if is_main else lambda _line: None)
+        data = _subsets(load_labelled(cfg.data, cfg.of(ClassifierConfig)), cfg,
+                        say if is_main else lambda _line: None)
         if self.build_model is not None:
             torch.manual_seed(cfg.optimization.seed)
             model_name = cfg.model.model or "built"

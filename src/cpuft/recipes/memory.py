@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpuft.config import TrainConfig
+from cpuft.config import CausalLmConfig, TrainConfig
 from cpuft.errors import CpuftError
 
 
@@ -47,14 +47,14 @@ def check_memory(folder: str, gguf_file: str | None, cfg: TrainConfig, say: Any,
         raise CpuftError(f"--model {where}: not a causal language model "
                          f"({str(e).splitlines()[0][:160]})") from None
     params = sum(p.numel() for p in skeleton.parameters())
-    m = cfg.model
+    m = cfg.of(CausalLmConfig)
     trainable = params if m.lora_r == 0 else _lora_params(skeleton, m.lora_r, m.lora_targets)
     parts = estimate(params=params, trainable=trainable,
                      layers=int(getattr(config, "num_hidden_layers", 1)),
                      hidden=int(getattr(config, "hidden_size", 1)),
                      vocab=int(getattr(config, "vocab_size", 1)),
                      batch=cfg.optimization.batch_size, seq=cfg.data.max_seq_length,
-                     checkpointing=cfg.speedups.gradient_checkpointing)
+                     checkpointing=m.gradient_checkpointing)
     total = sum(parts.values())
     shown = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in parts.items())
     say(f"memory estimate: {total / 2**30:.2f} GiB ({shown} GiB) at batch "
