@@ -19,10 +19,10 @@ import time
 import torch
 
 from cpuft.config import config_from
-from cpuft.plan.choices import MATMUL_ATTENTION
 from cpuft.recipes.causal_lm import apply_lora
 from cpuft.recipes.hf_models import load_causal_lm, resolve_causal_lm
 from cpuft.runtime import start
+from cpuft.speedplan.choices import MATMUL_ATTENTION
 from cpuft.speedups.attention import register_attention
 
 ATTENTIONS = (MATMUL_ATTENTION, "sdpa")

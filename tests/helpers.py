@@ -4,6 +4,7 @@ of a job (environments, ports, ranks)."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import signal
@@ -148,7 +149,7 @@ def run_two_ranks(script: str, cwd: Path,
                         LOCAL_WORLD_SIZE="1" if hosts else "2", MASTER_ADDR=master_addr,
                         MASTER_PORT=str(port), **rank_env(rank))
         if hosts:
-            env["GLOO_SOCKET_IFNAME"] = "eth0"  # the namespaces' link (cpuft.bench.netns)
+            env["GLOO_SOCKET_IFNAME"] = "eth0"  # the namespaces' link (cpuft.testing.netns)
         argv = [sys.executable, "-c", script]
         if hosts:
             argv = ["ip", "netns", "exec", hosts[rank], *argv]
@@ -311,4 +312,24 @@ def write_tiny_gguf(path: Path, hidden: int = 32, layers: int = 2, heads: int = 
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def train_args(tiny_model, data_file, out, *extra):
+    """cpuft train's argv for the tiny model on a CSV of sentiment rows."""
+    return ["train", "--model", str(tiny_model), "--train-file", str(data_file),
+            "--text-columns", "text", "--batch-size", "8", "--lr-schedule", "constant",
+            "--warmup-ratio", "0", "--lr", "1e-3", "--log-steps", "1", "--no-progress",
+            "--output-dir", str(out), *extra]
+
+
+def calibration_file(folder: Path, **changes: object) -> Path:
+    """A run folder's summary.json holding only forecast inputs, ``changes`` applied."""
+    inputs = {"recipe": "classifier", "model": "tiny", "seconds_per_step": 0.5,
+              "samples_per_step": 32, "nodes": 1, "comm_wait_fraction": 0.0,
+              "physical_cores": 2, "isa": "avx2", "dense_gradient_bytes": 90e6,
+              "sparse_gradient_bytes": 0.0, **changes}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "summary.json"
+    path.write_text(json.dumps({"forecast_inputs": inputs}))
     return path

@@ -7,7 +7,7 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
-from cpuft.bench.netns import can_make_namespaces, namespace_cluster
+from cpuft.testing.netns import can_make_namespaces, namespace_cluster
 from tests.helpers import cpuft_env, free_port, make_tiny_llama, verdict_rows, write_jsonl
 
 pytestmark = pytest.mark.multiprocess

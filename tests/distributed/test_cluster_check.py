@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cpuft.bench.netns import NETNS_ETC, can_make_namespaces, namespace_cluster
+from cpuft.testing.netns import NETNS_ETC, can_make_namespaces, namespace_cluster
 from tests.helpers import cpuft_env
 
 pytestmark = [
@@ -76,7 +76,7 @@ def test_a_host_with_other_versions_is_named_with_the_package(tmp_path):
 
 
 def test_sigterm_removes_the_namespaced_hosts():
-    script = ("import time\nfrom cpuft.bench.netns import namespace_cluster\n"
+    script = ("import time\nfrom cpuft.testing.netns import namespace_cluster\n"
               "with namespace_cluster(2, subnet=234) as c:\n"
               "    print(' '.join([c.switch, *c.hosts]), flush=True)\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,

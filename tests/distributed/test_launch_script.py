@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cpuft.bench.netns import can_make_namespaces, namespace_cluster
+from cpuft.testing.netns import can_make_namespaces, namespace_cluster
 from tests.helpers import cpuft_env, free_port
 
 pytestmark = pytest.mark.multiprocess

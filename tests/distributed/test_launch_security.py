@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cpuft.bench.netns import can_make_namespaces, namespace_cluster
 from cpuft.launch.request import LaunchRequest, build_launch
 from cpuft.launch.run import run_job
+from cpuft.testing.netns import can_make_namespaces, namespace_cluster
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.multiprocess

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cpuft.bench.netns import can_make_namespaces, namespace_cluster
+from cpuft.testing.netns import can_make_namespaces, namespace_cluster
 from tests.helpers import cpuft_env, make_tiny_model, sentiment_rows, write_csv
 
 pytestmark = [

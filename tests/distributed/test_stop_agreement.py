@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from cpuft.bench.netns import can_make_namespaces, namespace_cluster
 from cpuft.engine.fit import FitConfig, fit
+from cpuft.testing.netns import can_make_namespaces, namespace_cluster
 from tests.helpers import run_two_ranks
 
 SCRIPT = """

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from cpuft.cli.main import main
-from tests.helpers import sentiment_rows, write_csv
-from tests.integration.test_train_cli import train_args
+from tests.helpers import sentiment_rows, train_args, write_csv
 
 
 @pytest.fixture

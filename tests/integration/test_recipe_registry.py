@@ -19,8 +19,8 @@ from cpuft.config import TrainConfig, registered_recipes
 from cpuft.config import recipes as registry
 from cpuft.config.fields import settings
 from cpuft.config.recipes import RecipeSpec, register_recipe
-from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.recipes.base import Say, Task
+from cpuft.speedplan.speed_plan import SpeedPlan
 
 
 @dataclass(kw_only=True, frozen=True)

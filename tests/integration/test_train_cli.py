@@ -8,19 +8,12 @@ import sys
 import pytest
 
 from cpuft.cli.main import main
-from tests.helpers import cpuft_env, sentiment_rows, write_csv
+from tests.helpers import cpuft_env, sentiment_rows, train_args, write_csv
 
 
 @pytest.fixture
 def data_file(tmp_path):
     return write_csv(tmp_path / "reviews.csv", sentiment_rows(44, seed=2))
-
-
-def train_args(tiny_model, data_file, out, *extra):
-    return ["train", "--model", str(tiny_model), "--train-file", str(data_file),
-            "--text-columns", "text", "--batch-size", "8", "--lr-schedule", "constant",
-            "--warmup-ratio", "0", "--lr", "1e-3", "--log-steps", "1", "--no-progress",
-            "--output-dir", str(out), *extra]
 
 
 def losses(out):
@@ -90,7 +83,7 @@ def test_console_script_preloads_allocator_and_reports_it(tiny_model, data_file,
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     speedups = json.loads((out / "summary.json").read_text())["speedups"]
-    from cpuft.plan.allocator import choose_allocator
+    from cpuft.speedplan.allocator import choose_allocator
 
     assert speedups["allocator"] == choose_allocator("auto")[0]
 

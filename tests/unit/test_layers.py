@@ -11,7 +11,7 @@ import cpuft
 
 ROOT = Path(cpuft.__file__).parent
 LAYERS = [
-    {"errors", "paths", "topology", "config", "plan", "launch", "forecast",
+    {"errors", "paths", "topology", "config", "speedplan", "launch", "forecast", "testing",
      "report"},  # torch-free
     {"kernels", "data", "metrics", "distributed", "optim", "envlock"},
     {"speedups", "runtime"},
@@ -124,4 +124,14 @@ def test_one_place_makes_the_speed_plan_and_places_the_process():
     """cpuft.runtime.start is the one set-up: nothing else makes a plan or places a process."""
     makers = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
                     if re.search(r"\b(make_plan|place_process)\(", p.read_text()))
-    assert makers == ["plan/speed_plan.py", "runtime/process.py", "runtime/start.py"], makers
+    assert makers == ["runtime/process.py", "runtime/start.py", "speedplan/speed_plan.py"], makers
+
+
+def test_tests_mirror_the_packages_and_import_no_other_test_file():
+    tests = Path(__file__).parents[1]
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    folders = {p.name for p in (tests / "unit").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders <= packages, folders - packages
+    wrong = [f"{p.relative_to(tests)} imports {m}" for p in tests.rglob("test_*.py")
+             for m in imported_modules(p) if m.startswith("tests.") and ".test_" in m]
+    assert not wrong, wrong

@@ -24,8 +24,8 @@ from cpuft.config.build import validate
 from cpuft.config.sections import Attention, Precision
 from cpuft.engine.step import autocast_for
 from cpuft.errors import CpuftError
-from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.runtime import preview, start
+from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.speedups.bf16_weights import Bf16Weights, Bf16WeightsSpeedUp
 from cpuft.speedups.registry import apply_speedups
 
@@ -112,11 +112,12 @@ def _weights_and_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer | 
         plan = plan.deciding(BF16_WEIGHTS, True, f"{decided.reason}; optimizer: "
                              f"{weights.kernel_note}")
     if optimizer is None:
-        return plan.but(fused_optimizer=False, fused_optimizer_reason="no optimizer given"), None
+        return plan.replaced(fused_optimizer=False,
+                             fused_optimizer_reason="no optimizer given"), None
     if not plan.fused_optimizer:
-        return plan.but(fused_optimizer_reason="requested"), optimizer
+        return plan.replaced(fused_optimizer_reason="requested"), optimizer
     fused, reason = _fuse(optimizer)
-    return plan.but(fused_optimizer=fused, fused_optimizer_reason=reason), optimizer
+    return plan.replaced(fused_optimizer=fused, fused_optimizer_reason=reason), optimizer
 
 
 def _plan_of(model: nn.Module | None) -> SpeedPlan | None:

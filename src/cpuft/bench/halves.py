@@ -57,11 +57,11 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
     train = run.task.encoded["train"]
     assert isinstance(run.source, TokenBatches)
     collate = run.source.collator
-    # fit's plan: micro-batches of global_batch / grad_accum, grad_accum of them per step
+    # as fit takes them: micro-batches of global_batch / grad_accum, grad_accum of them a step
     accum = spec.grad_accum
     micro = epoch_batches(train.lengths, spec.global_batch // accum, seed=42, epoch=0)
-    plan = [micro[i : i + accum] for i in range(0, spec.batches * accum, accum)]
-    plan = [group for group in plan if len(group) == accum]
+    steps = [micro[i : i + accum] for i in range(0, spec.batches * accum, accum)]
+    steps = [group for group in steps if len(group) == accum]
 
     def step(batches: list[dict[str, torch.Tensor]]) -> float:
         started = time.perf_counter()
@@ -69,11 +69,11 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
         return time.perf_counter() - started
 
     whole = halves = 0.0
-    for i, group in enumerate(plan):
+    for i, group in enumerate(steps):
         a = step([collate(train, indices) for indices in group])
         b = sum(step([collate(train, shard(indices, r, 2)) for indices in group])
                 for r in range(2))
-        if i >= min(WARMUP, len(plan) - 1):
+        if i >= min(WARMUP, len(steps) - 1):
             whole, halves = whole + a, halves + b
     return {"global_batch": spec.global_batch, "grad_accum": accum, "whole_seconds": whole,
             "halves_seconds": halves, "ceiling": whole / halves}

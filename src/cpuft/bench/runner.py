@@ -20,10 +20,10 @@ from cpuft.bench.spec import (
     configs_for,
     lm_model,
 )
-from cpuft.bench.workers import run_worker
+from cpuft.bench.start_worker import run_worker
 from cpuft.errors import CpuftError
-from cpuft.plan import compile_cache
-from cpuft.plan.allocator import preload_env
+from cpuft.speedplan import compile_cache
+from cpuft.speedplan.allocator import preload_env
 from cpuft.topology import read_topology
 
 # (steps, batch size, validation rows scored; 0 = all). bert-base has random weights: its

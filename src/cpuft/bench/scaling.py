@@ -76,9 +76,9 @@ def run_on_nodes(name: str, nodes: int, train: list[str], rate: str | None, port
     """``cpuft train`` with ``train`` (its output folder ``workdir / name``) on ``nodes``
     namespaced nodes of one core each (shared when there are more nodes than cores); its
     summary."""
-    from cpuft.bench.netns import namespace_cluster
     from cpuft.launch.request import build_launch
     from cpuft.launch.run import run_job
+    from cpuft.testing.netns import namespace_cluster
 
     cores = read_topology().first_thread_per_core()
     out = workdir / name
@@ -109,8 +109,8 @@ def run_halves(opts: ScalingOptions) -> dict[str, Any]:
     """The 2-node ceiling on this machine: one core trains the 2-node run's global batches whole
     and as the halves its 2 nodes get, the same samples both ways (see cpuft.bench.halves)."""
     from cpuft.bench.halves import HalvesSpec
-    from cpuft.bench.workers import run_worker
-    from cpuft.plan.allocator import preload_env
+    from cpuft.bench.start_worker import run_worker
+    from cpuft.speedplan.allocator import preload_env
 
     spec = HalvesSpec(model=opts.model, global_batch=opts.global_batch, grad_accum=opts.grad_accum,
                       batches=max(opts.steps, 4), core=read_topology().first_thread_per_core()[0],

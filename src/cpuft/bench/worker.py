@@ -31,11 +31,11 @@ from cpuft.data.prepare import Encoded
 from cpuft.engine.fit import fit
 from cpuft.engine.step import batch_counts
 from cpuft.job.build import build_run
-from cpuft.plan.probe import matmul_gflops
 from cpuft.recipes.classifier import ClassifierRecipe, ClassifierTask
 from cpuft.recipes.classifier_eval import evaluate
 from cpuft.recipes.hf_models import default_model_path, load_tokenizer
 from cpuft.runtime import start
+from cpuft.speedplan.probe import matmul_gflops
 
 
 def run_config(spec: RunSpec) -> TrainConfig:

@@ -23,8 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         cluster_cmd,
         doctor_cmd,
         env_cmd,
+        forecast_cmd,
         launch_cmd,
-        plan_cmd,
         report_cmd,
         train_cmd,
     )
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_cmd.register(sub)
     env_cmd.register(sub)
     cluster_cmd.register(sub)
-    plan_cmd.register(sub)
+    forecast_cmd.register(sub)
     report_cmd.register(sub)
     return parser
 

@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from cpuft.distributed.env import rank_info
     from cpuft.launch.reexec import already_reexecuted, reexec
-    from cpuft.plan.allocator import allocator_env, choose_allocator
+    from cpuft.speedplan.allocator import allocator_env, choose_allocator
 
     cfg = config_from_args(args)
     me = rank_info(os.environ)

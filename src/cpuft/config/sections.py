@@ -144,7 +144,7 @@ class OutputConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class SpeedupConfig:
-    """What the user asks for; ``cpuft.plan`` turns it into the decisions of one run."""
+    """What the user asks for; ``cpuft.speedplan`` turns it into the decisions of one run."""
 
     precision: Precision = "auto"
     """auto (bf16 where the CPU has native bf16 and its matmuls measure faster), bf16 or fp32."""

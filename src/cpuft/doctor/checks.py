@@ -7,7 +7,7 @@ from typing import Any
 
 from cpuft.config import SpeedupConfig
 from cpuft.doctor.facts import NodeFacts
-from cpuft.plan.choices import choose_precision, precision_from_speedup
+from cpuft.speedplan.choices import choose_precision, precision_from_speedup
 from cpuft.topology.placement import auto_nproc, plan_node
 
 OK, WARN, FAIL = "ok", "warn", "fail"

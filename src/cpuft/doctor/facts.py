@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cpuft.kernels.build import find_compiler
-from cpuft.plan.allocator import ALLOCATOR_LIBS, find_allocator
+from cpuft.speedplan.allocator import ALLOCATOR_LIBS, find_allocator
 from cpuft.topology import Topology, read_topology
 
 
@@ -102,7 +102,7 @@ def gather() -> NodeFacts:
             "ccl": importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
         }
         if facts.topology.isa.native_bf16:
-            from cpuft.plan.probe import bf16_matmul_speedup
+            from cpuft.speedplan.probe import bf16_matmul_speedup
 
             facts.bf16_matmul_speedup = bf16_matmul_speedup()
     return facts

@@ -13,10 +13,10 @@ from cpuft.distributed.group import DistContext
 from cpuft.engine.fit import BatchSource, FitConfig
 from cpuft.engine.step import TrainStep
 from cpuft.errors import CpuftError
-from cpuft.plan.resolve import settle_compile
-from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.recipes import get_recipe
 from cpuft.recipes.base import Recipe, Say, Task
+from cpuft.speedplan.resolve import settle_compile
+from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.speedups.bf16_weights import weights_for
 from cpuft.speedups.registry import apply_speedups
 

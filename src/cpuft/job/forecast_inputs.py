@@ -14,8 +14,8 @@ from cpuft.config import TrainConfig
 from cpuft.engine.step import Batch
 from cpuft.errors import CpuftError
 from cpuft.job.build import Run, build_run
-from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.runtime import start
+from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.topology import read_topology
 
 INDEX_BYTES = 8

@@ -28,9 +28,9 @@ from cpuft.job.outdir import (
 )
 from cpuft.metrics import MetricLogger, MetricSink
 from cpuft.metrics.pace import steady_rate, steady_seconds, warmup_steps
-from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.runtime import start
 from cpuft.runtime.process import versions
+from cpuft.speedplan.speed_plan import SpeedPlan
 
 
 def train(cfg: TrainConfig, say: Callable[[str], None] = print) -> dict[str, Any]:

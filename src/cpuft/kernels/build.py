@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cpuft.kernels.signature import Kernel
 from cpuft.launch.proc import run_command
-from cpuft.plan.compile_cache import cache_path
+from cpuft.speedplan.compile_cache import cache_path
 from cpuft.topology.cpu import parse_cpuinfo
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC")

@@ -14,7 +14,7 @@ from cpuft.launch.commands import DEFAULT_REMOTE_SHELL, LaunchConfig, forwarded_
 from cpuft.launch.hostfile import Host, read_hostfile
 from cpuft.launch.names import check_host
 from cpuft.launch.run import check_port, resolve_network
-from cpuft.plan.allocator import allocator_env, choose_allocator
+from cpuft.speedplan.allocator import allocator_env, choose_allocator
 from cpuft.topology import read_topology
 from cpuft.topology.placement import auto_nproc, node_env, plan_node
 

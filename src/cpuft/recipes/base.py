@@ -17,7 +17,7 @@ from torch import nn
 from cpuft.config import TrainConfig
 from cpuft.engine.fit import BatchSource
 from cpuft.engine.step import LossFn
-from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.speedplan.speed_plan import SpeedPlan
 
 Say = Callable[[str], None]
 

@@ -22,11 +22,11 @@ from cpuft.data.lm import LmCollator, LmRows, encode_lm, read_lm_file
 from cpuft.data.prepare import Encoded
 from cpuft.data.subset import SUBSET_SEED, seeded_subset
 from cpuft.errors import CpuftError
-from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.recipes.base import Say, Task
 from cpuft.recipes.hf_models import load_causal_lm, resolve_causal_lm
 from cpuft.recipes.lm_eval import MAX_CHOICES, choice_accuracy, lm_loss
 from cpuft.recipes.memory import check_memory
+from cpuft.speedplan.speed_plan import SpeedPlan
 
 DEFAULT_TASK = "rotten_tomatoes_verdicts"
 TEXT_TASK = "rotten_tomatoes_text"

@@ -17,7 +17,6 @@ from cpuft.data.labels import LabelMap
 from cpuft.data.prepare import Encoded, LabelledSplits, encode, load_labelled
 from cpuft.data.subset import seeded_subset
 from cpuft.errors import CpuftError
-from cpuft.plan.speed_plan import SpeedPlan
 from cpuft.recipes.base import Say, Task
 from cpuft.recipes.classifier_eval import evaluate
 from cpuft.recipes.hf_models import (
@@ -26,6 +25,7 @@ from cpuft.recipes.hf_models import (
     resolve_model,
     sequence_length_limit,
 )
+from cpuft.speedplan.speed_plan import SpeedPlan
 
 ModelBuilder = Callable[[LabelMap], tuple[nn.Module, Any]]
 """label map -> (model, tokenizer): a model not loaded from --model (the bench's bert-base)."""

@@ -9,7 +9,7 @@ from importlib import metadata
 import torch
 
 from cpuft.distributed.env import launched_cores
-from cpuft.plan.speed_plan import SpeedPlan
+from cpuft.speedplan.speed_plan import SpeedPlan
 
 
 def loaded_allocator() -> str:
@@ -50,7 +50,7 @@ def place_process(plan: SpeedPlan, pin_cores: bool) -> SpeedPlan:
             "it is preloaded only when cpuft starts the process (LD_PRELOAD)"
         )
         allocator = actual
-    return plan.but(cores=cores, threads=threads, comm_cores=comm_cores, allocator=allocator,
+    return plan.replaced(cores=cores, threads=threads, comm_cores=comm_cores, allocator=allocator,
                     allocator_reason=allocator_reason)
 
 

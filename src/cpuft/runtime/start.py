@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from cpuft.config import TrainConfig
 from cpuft.distributed import context, joined
 from cpuft.distributed.group import DistContext, shutdown
-from cpuft.plan.resolve import settle_precision
-from cpuft.plan.speed_plan import SpeedPlan, make_plan
 from cpuft.runtime.process import place_process
+from cpuft.speedplan.resolve import settle_precision
+from cpuft.speedplan.speed_plan import SpeedPlan, make_plan
 from cpuft.speedups.registry import decide
 from cpuft.topology import Topology, read_topology
 
@@ -35,7 +35,7 @@ class Runtime:
         """The plan of another config in this same process (a benchmark's variant): its own
         decisions, on this process's cores, threads and allocator."""
         p = self.plan
-        own = make_plan(cfg, self.topology).but(
+        own = make_plan(cfg, self.topology).replaced(
             cores=p.cores, threads=p.threads, comm_cores=p.comm_cores, allocator=p.allocator,
             allocator_reason=p.allocator_reason, speedups=decide(cfg, self.topology))
         return settle_precision(own, cfg.speedups.precision)
@@ -52,9 +52,9 @@ def start(cfg: TrainConfig, *, own_loop: bool = False, join: bool = True) -> Run
     script's own ``init_process_group``).
     """
     topology = read_topology()
-    plan = make_plan(cfg, topology).but(speedups=decide(cfg, topology, own_loop=own_loop))
+    plan = make_plan(cfg, topology).replaced(speedups=decide(cfg, topology, own_loop=own_loop))
     if own_loop:
-        plan = plan.but(compile="off", compile_reason=OWN_LOOP_COMPILE)
+        plan = plan.replaced(compile="off", compile_reason=OWN_LOOP_COMPILE)
     plan = place_process(plan, cfg.speedups.pin_cores)
     dist = (context(cfg.distributed.backend, comm_cores=plan.comm_cores) if join
             else joined())
@@ -68,6 +68,6 @@ def preview(cfg: TrainConfig | None = None) -> SpeedPlan:
     measured, without placing this process or joining a job: what ``cpuft.report_plan`` shows
     before any model, and the precision rule a stock baseline shares."""
     cfg, topology = cfg or TrainConfig(), read_topology()
-    plan = make_plan(cfg, topology).but(speedups=decide(cfg, topology))
+    plan = make_plan(cfg, topology).replaced(speedups=decide(cfg, topology))
     plan = settle_precision(plan, cfg.speedups.precision)
-    return plan.but(compile="off", compile_reason="not run") if plan.compile is None else plan
+    return plan.replaced(compile="off", compile_reason="not run") if plan.compile is None else plan

@@ -13,8 +13,8 @@ from torch import nn
 
 from cpuft.config import TrainConfig
 from cpuft.errors import CpuftError
-from cpuft.plan.choices import MATMUL_ATTENTION, choose_attention
-from cpuft.plan.speed_plan import Decision
+from cpuft.speedplan.choices import MATMUL_ATTENTION, choose_attention
+from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.dropout import fast_dropout
 from cpuft.speedups.registry import PatchContext, SpeedUp, register
 from cpuft.topology import Topology

@@ -29,8 +29,8 @@ from torch import nn
 from cpuft.config import TrainConfig
 from cpuft.kernels.adamw import AdamWBf16, adamw_bf16
 from cpuft.optim import AdamW, clip_step, grad_norm
-from cpuft.plan.choices import choose_bf16_weights
-from cpuft.plan.speed_plan import Decision, SpeedPlan
+from cpuft.speedplan.choices import choose_bf16_weights
+from cpuft.speedplan.speed_plan import Decision, SpeedPlan
 from cpuft.speedups.registry import PatchContext, SpeedUp, register
 from cpuft.topology import Topology
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from cpuft.config import TrainConfig
 from cpuft.distributed import rank0_value
-from cpuft.plan.speed_plan import Decision
+from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchContext, SpeedUp, register, switch
 from cpuft.topology import Topology
 

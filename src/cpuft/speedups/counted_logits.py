@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from cpuft.data.lm import IGNORE
-from cpuft.plan.speed_plan import Decision
+from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchContext, SpeedUp, not_applied, register
 
 CHECK_TOLERANCE = 1e-4

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from cpuft.kernels.signature import Kernel
-from cpuft.plan.speed_plan import Decision
+from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchContext, SpeedUp, register
 
 # SplitMix64 (Steele, Lea and Flood): word w of a stream is mix(seed + (w + 1) * GOLDEN).

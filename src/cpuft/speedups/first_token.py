@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from cpuft.plan.choices import MATMUL_ATTENTION
-from cpuft.plan.speed_plan import Decision
+from cpuft.speedplan.choices import MATMUL_ATTENTION
+from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.dropout import fast_dropout
 from cpuft.speedups.registry import PatchContext, SpeedUp, not_applied, register
 

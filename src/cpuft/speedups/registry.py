@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cpuft.config import TrainConfig
-from cpuft.plan.speed_plan import Decision, SpeedPlan
+from cpuft.speedplan.speed_plan import Decision, SpeedPlan
 from cpuft.topology import Topology
 
 BUILT_IN = ("dropout", "attention", "sparse_embeddings", "first_token", "counted_logits",
@@ -94,4 +94,4 @@ def apply_speedups(model: Any, plan: SpeedPlan, example_input: Any = None) -> Sp
     speedups = registered()
     applied = {name: speedups[name].apply(model, d, ctx) if d.on else d
                for name, d in plan.speedups.items()}
-    return plan.but(speedups=applied)
+    return plan.replaced(speedups=applied)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from cpuft.plan.speed_plan import Decision
+from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchContext, SpeedUp, not_applied, register
 
 

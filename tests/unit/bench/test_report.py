@@ -1,0 +1,251 @@
+import json
+
+import pytest
+
+from cpuft.bench.report import bar_chart, markdown, rows
+from cpuft.bench.runner import BenchOptions, compare, plan_runs
+from cpuft.errors import CpuftError
+
+
+def result(config, sps, acc, precision="bf16", tokens_per_sample=30.0):
+    return {"config": config, "model": "minilm", "samples_per_second": sps,
+            "tokens_per_second": sps * tokens_per_sample, "tokens_per_sample": tokens_per_sample,
+            "peak_memory_mb": 1500.0, "accuracy": acc,
+            "precision": precision, "allocator": "system", "threads": 2, "train_seconds": 10.0,
+            "flops_per_sample": 2e9}
+
+
+MATMUL = {"bf16_gflops": 1000.0, "fp32_gflops": 200.0}
+
+
+def test_compare_speedups_and_mfu():
+    report = compare([result("stock-2021", 20.0, 0.80, "fp32"), result("trainer-best", 100.0, 0.81),
+                      result("cpuft", 200.0, 0.805)], MATMUL)
+    m = report["models"]["minilm"]
+    assert m["speedup_vs_stock_2021"] == pytest.approx(10.0)
+    assert m["speedup_vs_trainer_best"] == pytest.approx(2.0)
+    assert m["accuracy_delta_vs_trainer_best"] == pytest.approx(-0.005)
+    assert m["mfu"] == pytest.approx(2e9 * 200.0 / 1e12)
+    assert json.loads(json.dumps(report)) == report
+
+
+def test_speedups_count_tokens_not_samples():
+    """Over part of an epoch trainer-best's sampler may hand it shorter samples: 100 samples/s
+    of 25 tokens is 2500 tokens/s, and cpuft's 150 samples/s of 27 tokens 4050, 1.62x."""
+    report = compare([result("trainer-best", 100.0, 0.81, tokens_per_sample=25.0),
+                      result("cpuft", 150.0, 0.81, tokens_per_sample=27.0)], MATMUL)
+    assert report["models"]["minilm"]["speedup_vs_trainer_best"] == pytest.approx(1.62)
+
+
+def test_tables_and_chart(tmp_path):
+    report = compare([result("stock-2021", 20.0, 0.80, "fp32"), result("cpuft", 90.0, 0.81)],
+                     MATMUL)
+    report["targets"] = {"speedup_vs_stock_2021": 3.0}
+    assert rows(report)[1][-1] == "4.50x"
+    md = markdown(report)
+    assert "| minilm | cpuft | bf16 | 90.0 |" in md and "target 3.0x: met" in md
+    bar_chart(report, tmp_path / "b.png")
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_runs_same_shape_for_every_configuration():
+    runs = plan_runs(BenchOptions(models=["minilm"], quick=True))
+    assert [r.config for r in runs] == ["stock-2021", "trainer-best", "cpuft"]
+    assert len({(r.steps, r.batch_size, r.max_seq_length) for r in runs}) == 1
+    with pytest.raises(CpuftError, match="unknown configuration"):
+        plan_runs(BenchOptions(configs=["ipex"]))
+
+
+def test_loop_models_run_their_own_three_configurations():
+    runs = plan_runs(BenchOptions(models=["minilm", "cnn", "rnn"], quick=True))
+    assert [(r.model, r.config) for r in runs] == [
+        ("minilm", "stock-2021"), ("minilm", "trainer-best"), ("minilm", "cpuft"),
+        ("cnn", "plain-fp32"), ("cnn", "plain-best"), ("cnn", "cpuft"),
+        ("rnn", "plain-fp32"), ("rnn", "plain-best"), ("rnn", "cpuft")]
+    cnn = [r for r in runs if r.model == "cnn"]
+    assert {r.image_size for r in cnn} == {64} and [r.profile_steps for r in cnn] == [0, 0, 2]
+    picked = plan_runs(BenchOptions(models=["minilm", "cnn"], configs=["cpuft"], quick=True))
+    assert [(r.model, r.config) for r in picked] == [("minilm", "cpuft"), ("cnn", "cpuft")]
+    with pytest.raises(CpuftError, match="cnn runs none of stock-2021"):
+        plan_runs(BenchOptions(models=["cnn"], configs=["stock-2021"]))
+
+
+def test_loop_models_compare_against_both_plain_loops(tmp_path):
+    def loop(config, sps, loss):
+        return {**result(config, sps, 0.0, "fp32", tokens_per_sample=1.0), "model": "cnn",
+                "train_loss": loss}
+
+    for r in (runs := [loop("plain-fp32", 10.0, 2.0), loop("plain-best", 20.0, 2.0),
+                       loop("cpuft", 25.0, 2.1)]):
+        del r["accuracy"]
+    report = compare(runs, MATMUL)
+    report["targets"] = {"speedup_vs_plain_best": 1.0}
+    report["model_targets"] = {"cnn": {"speedup_vs_plain_best": 1.3}}
+    m = report["models"]["cnn"]
+    assert m["speedup_vs_plain_fp32"] == pytest.approx(2.5)
+    assert m["speedup_vs_plain_best"] == pytest.approx(1.25)
+    assert m["train_loss_change_vs_plain_best"] == pytest.approx(0.05)
+    assert "accuracy_delta_vs_plain_best" not in m
+    assert [r[-1] for r in rows(report)] == ["1.00x", "2.00x", "2.50x"]
+    md = markdown(report)
+    assert "| cnn | cpuft | fp32 | 25.0 | 25 | 1500 | - | 2.1000 (train) | 2.50x |" in md
+    assert "speedup vs plain best = 1.25x (target 1.3x: NOT met)" in md
+    bar_chart(report, tmp_path / "b.png")
+    assert (tmp_path / "b.png").stat().st_size > 5000
+
+
+def test_compile_measurement_separates_start_up_from_pace(tmp_path, monkeypatch):
+    from cpuft.bench.runner import compile_measurement
+    from cpuft.speedplan import compile_cache
+
+    eager = {"step_seconds": [0.5, 0.2, 0.2, 0.2]}
+    compiled = {"step_seconds": [30.0, 0.1, 0.1, 0.1]}
+    m = compile_measurement(eager, compiled, batch_size=10)
+    assert m.speedup == pytest.approx(2.0)
+    assert m.compile_seconds == pytest.approx(29.9)
+    monkeypatch.setenv("CPUFT_CACHE", str(tmp_path))
+    k = compile_cache.key(cpu="X", model="", precision="bf16", max_seq_length=128,
+                          torch_version="2.13.0")
+    assert "|minilm|" in k
+    assert compile_cache.lookup(k) is None
+    compile_cache.store(k, m)
+    assert compile_cache.lookup(k) == m
+
+
+def test_rounds_pair_their_runs_and_take_the_median_ratio():
+    from cpuft.bench.runner import median_run
+
+    # The machine slowed down in round 2: paired ratios stay 2.0, 1.5, 2.0.
+    ours = median_run([result("cpuft", 200.0, 0.8), result("cpuft", 60.0, 0.8),
+                       result("cpuft", 220.0, 0.8)], "tokens_per_second")
+    theirs = median_run([result("trainer-best", 100.0, 0.8), result("trainer-best", 40.0, 0.8),
+                         result("trainer-best", 110.0, 0.8)], "tokens_per_second")
+    assert ours["samples_per_second"] == 200.0 and theirs["samples_per_second"] == 100.0
+    report = compare([theirs, ours], MATMUL)
+    m = report["models"]["minilm"]
+    assert m["speedup_vs_trainer_best"] == pytest.approx(2.0)
+    assert m["configs"]["cpuft"]["rounds_samples_per_second"] == [200.0, 60.0, 220.0]
+    assert m["configs"]["cpuft"]["rounds_tokens_per_second"] == [6000.0, 1800.0, 6600.0]
+
+
+def test_scaling_read_against_the_faster_one_node_baseline():
+    from cpuft.bench.scaling import best_one_node
+
+    # halves slower than whole batches: the whole-batch 1-node run is the best baseline
+    assert best_one_node(50.0, 0.95) == pytest.approx(50.0)
+    # halves 15% faster: the baseline is 1 node accumulating halves, so 95.4% measured against
+    # whole batches is 82.7% against it
+    assert best_one_node(50.0, 1.154) == pytest.approx(50.0 * 1.154)
+
+
+def test_scaling_chart(tmp_path):
+    from cpuft.bench.report import scaling_chart
+
+    def run(nodes, speed, comm):
+        return {"nodes": nodes, "samples_per_second": speed, "comm_fraction": comm}
+
+    report = {"configs": {"1-node": run(1, 50.3, 0.0), "2-nodes": run(2, 77.0, 0.078),
+                          "2-nodes-bf16": run(2, 79.0, 0.071)},
+              "machine_ceiling": 0.951, "best_one_node_samples_per_second": 50.3,
+              "target_efficiency": 0.95, "global_batch": 32,
+              "rate": "10gbit"}
+    scaling_chart(report, tmp_path / "scaling.png")
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scaling_rounds_take_the_median_of_each_rounds_own_ratio():
+    from cpuft.bench.scaling import ScalingOptions, summarise
+
+    def run(speed, comm=0.05):
+        return {"samples_per_second": speed, "comm_fraction": comm}
+
+    # The machine drifts: round 2 is fast for the 1-node run only. Medians of the speeds
+    # (50 and 84) would say 84%; the rounds' own ratios are 105%, 75% and 70%.
+    per_round = {"1-node": [run(40.0), run(60.0), run(50.0)],
+                 "2-nodes": [run(84.0), run(90.0), run(70.0, comm=0.2)],
+                 "2-nodes-bf16": [run(80.0), run(96.0), run(60.0)]}
+    halves = {"ceiling": 0.96, "whole_seconds": 9.6, "halves_seconds": 10.0}
+    report = summarise(per_round, halves, ScalingOptions(rounds=3, compressions=("none", "bf16")))
+    assert report["rounds_scaling_efficiency"] == pytest.approx([1.05, 0.75, 0.70])
+    assert report["scaling_efficiency"] == pytest.approx(0.75)
+    assert report["scaling_efficiency_bf16"] == pytest.approx(0.8)  # 1.0, 0.8, 0.6
+    assert report["communication_efficiency"] == pytest.approx(0.75 / 0.96)
+    assert report["configs"]["2-nodes"]["samples_per_second"] == 84.0  # its median round
+    assert report["configs"]["2-nodes"]["rounds_samples_per_second"] == [84.0, 90.0, 70.0]
+    assert report["target_met"] is False
+    assert "no_communication_efficiency" not in report  # no nosync run
+
+
+def test_a_run_that_sends_nothing_splits_the_efficiency_at_communication():
+    from cpuft.bench.scaling import ScalingOptions, summarise
+
+    def run(speed):
+        return {"samples_per_second": speed, "comm_fraction": 0.0}
+
+    per_round = {"1-node": [run(50.0), run(40.0)],
+                 "2-nodes": [run(80.0), run(68.0)],  # 80%, 85%
+                 "2-nodes-nosync": [run(90.0), run(76.0)]}  # 90%, 95%
+    halves = {"ceiling": 1.0, "whole_seconds": 10.0, "halves_seconds": 10.0}
+    report = summarise(per_round, halves,
+                       ScalingOptions(rounds=2, compressions=("none", "nosync")))
+    assert report["scaling_efficiency"] == pytest.approx(0.825)
+    assert report["no_communication_efficiency"] == pytest.approx(0.925)
+    assert report["scaling_efficiency_nosync"] == pytest.approx(0.925)
+    assert report["communication_keeps"] == pytest.approx(0.825 / 0.925)
+
+
+def test_runs_that_lost_cpu_to_other_guests_are_flagged():
+    from cpuft.bench.runner import median_run
+
+    calm = median_run([{**result("trainer-best", 100.0, 0.8), "steal_fraction": 0.01}] * 3)
+    rounds = [{**result("cpuft", s, 0.8), "steal_fraction": f}
+              for s, f in ((150.0, 0.0), (90.0, 0.29), (160.0, 0.02))]
+    report = compare([calm, median_run(rounds)], MATMUL)
+    report["targets"] = {}
+    cpuft = report["models"]["minilm"]["configs"]["cpuft"]
+    assert cpuft["rounds_steal_fraction"] == [0.0, 0.29, 0.02]
+    md = markdown(report)
+    assert "minilm: cpuft lost 29% of the CPU time to other guests of this VM (steal) in round 2 " \
+        "of 3" in md
+    assert "trainer-best lost" not in md
+
+
+def test_steal_read_from_proc_stat_text():
+    from cpuft.bench.steal import cpu_ticks, steal_fraction
+
+    before = cpu_ticks("cpu  600 0 50 400 2 0 1 40 0 0\ncpu0 300 0 25 200 1 0 1 20 0 0\n")
+    assert before == (40, 1093)
+    after = cpu_ticks("cpu  700 0 60 420 2 0 1 70 0 0\n")
+    assert steal_fraction(before, after) == pytest.approx(30 / 160)
+    assert steal_fraction(None, after) == 0.0
+    assert cpu_ticks("cpu 5 0 5 90\n") == (0, 100)  # an old kernel without a steal field
+    with pytest.raises(ValueError, match="no 'cpu' line"):
+        cpu_ticks("intr 1 2 3\n")
+
+
+def test_a_single_run_that_lost_cpu_is_flagged_with_advice():
+    report = compare([{**result("cpuft", 90.0, 0.8), "steal_fraction": 0.12}], MATMUL)
+    report["targets"] = {}
+    assert "cpuft lost 12% of the CPU time to other guests of this VM (steal), so that run's " \
+        "speed reads low: rerun, or use --rounds" in markdown(report)
+
+
+def test_peak_is_the_faster_matmul_measurement_per_format():
+    from cpuft.bench.runner import faster_matmul
+
+    before = {"bf16_gflops": 152.0, "fp32_gflops": 175.0, "seconds": 3.0}
+    after = {"bf16_gflops": 140.0, "fp32_gflops": 260.0}
+    assert faster_matmul(before, after) == {"bf16_gflops": 152.0, "fp32_gflops": 260.0}
+
+
+@pytest.mark.parametrize("damaged", ["[]", "{", '{"k": {"unknown": 1}}', '{"k": [1, 2]}'])
+def test_a_damaged_compile_cache_reads_as_empty_and_is_rewritten(tmp_path, damaged):
+    from cpuft.speedplan import compile_cache
+
+    path = tmp_path / "compile.json"
+    path.write_text(damaged)
+    assert compile_cache.lookup("k", path) is None
+    m = compile_cache.CompileMeasurement(eager_seconds_per_sample=2.0,
+                                         compiled_seconds_per_sample=1.0, compile_seconds=30.0)
+    compile_cache.store("k", m, path)
+    assert compile_cache.lookup("k", path) == m
