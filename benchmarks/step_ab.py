@@ -64,7 +64,7 @@ def main() -> None:
     source = None
     for name, overrides in variants.items():
         cfg = config_from({"seed": 0, **overrides})  # seed 0: every variant's model alike
-        run = build_run(cfg, runtime.plan_for(cfg), say=lambda _line: None)
+        run = build_run(cfg, runtime.plan_for(cfg))
         run.task.model.train()
         steps[name] = run.train_step()
         if source is None:

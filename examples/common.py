@@ -50,7 +50,7 @@ def train(model: nn.Module, train_set: Dataset, args: argparse.Namespace,
     if args.way == "fit":
         cpuft.fit(model, loader, criterion=criterion, max_steps=steps, lr=args.lr,
                   lr_schedule="constant", warmup_ratio=0.0, weight_decay=0.0,
-                  seed=args.seed, progress=False, say=lambda line: None)
+                  seed=args.seed, progress=False)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
         if args.way == "optimize":

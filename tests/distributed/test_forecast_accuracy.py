@@ -16,12 +16,11 @@ pytestmark = [
 
 def test_the_forecast_comes_near_runs_on_one_and_two_nodes(tiny_model, tmp_path):
     data = write_csv(tmp_path / "reviews.csv", sentiment_rows(400, seed=3))
-    said: list[str] = []
     report = check(CheckOptions(
         settings={"model": str(tiny_model), "train_file": str(data), "text_columns": ["text"],
                   "max_seq_length": 32, "precision": "fp32"},
         global_batches=(16, 32), nodes=(1, 2), steps=12, rate="100mbit", hidden_batch=24,
-        port=free_port()), say=said.append)
+        port=free_port()))
     rows = report["rows"]
     assert [(r["nodes"], r["global_batch"]) for r in rows] == [(1, 16), (2, 16), (1, 32),
                                                                (2, 32)]

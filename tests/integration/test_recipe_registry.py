@@ -5,6 +5,7 @@ each recipe refuses the other's settings."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from cpuft.config import TrainConfig, registered_recipes
 from cpuft.config import recipes as registry
 from cpuft.config.fields import settings
 from cpuft.config.recipes import RecipeSpec, register_recipe
-from cpuft.recipes.base import Say, Task
+from cpuft.recipes.base import Task
 from cpuft.speedplan.speed_plan import SpeedPlan
 
 
@@ -51,9 +52,10 @@ class LineRecipe:
 
     name = "line"
 
-    def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> Task:
+    def load(self, cfg: TrainConfig) -> Task:
         own = cfg.of(LineSettings)
         x = torch.linspace(-1, 1, own.points).unsqueeze(1)
+        torch.manual_seed(cfg.optimization.seed)
         model = nn.Linear(1, 1, bias=False)
 
         def loss(m: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -65,7 +67,8 @@ class LineRecipe:
         def save(m: nn.Module, out: Path) -> None:
             (out / "slope.json").write_text(json.dumps(float(m.weight.detach().float())))
 
-        say(f"fitting a line of slope {own.slope} through {own.points} points")
+        logging.getLogger("cpuft.recipes.line").info(
+            f"fitting a line of slope {own.slope} through {own.points} points")
         return Task(name="line", cfg=cfg, model=model, train_samples=own.points,
                     batches=lambda plan, rank, world: LineBatches(
                         x[rank::world], cfg.optimization.batch_size),

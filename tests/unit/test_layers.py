@@ -11,7 +11,7 @@ import cpuft
 
 ROOT = Path(cpuft.__file__).parent
 LAYERS = [
-    {"errors", "paths", "topology", "config", "speedplan", "launch", "forecast", "testing",
+    {"errors", "log", "paths", "topology", "config", "speedplan", "launch", "forecast", "testing",
      "report"},  # torch-free
     {"kernels", "data", "metrics", "distributed", "optim", "envlock"},
     {"speedups", "runtime"},

@@ -26,6 +26,7 @@ from cpuft.engine.step import Batch, LossFn
 from cpuft.errors import CpuftError
 from cpuft.job.build import fit_config
 from cpuft.job.outdir import metric_sinks
+from cpuft.log import get_logger
 from cpuft.metrics import MetricLogger
 from cpuft.runtime import start
 from cpuft.speedups.registry import apply_speedups
@@ -38,7 +39,7 @@ class IterableBatches:
     A source that can seek (``iterate(epoch, start)``) resumes where it stopped. A DataLoader
     gets each epoch's shuffle and worker seeds from the run's seed and the epoch, so that a
     resumed epoch repeats its order; its batches already trained are then skipped by drawing
-    them, which ``say`` reports. Under many ranks, a DataLoader with a DistributedSampler is
+    them, which it logs. Under many ranks, a DataLoader with a DistributedSampler is
     already this rank's share; any other data is dealt out batch by batch, rank r taking
     batches r, r + world, ...
     """
@@ -49,7 +50,6 @@ class IterableBatches:
     """Batches an epoch gives when the data has no length."""
     rank: int = 0
     world_size: int = 1
-    say: Callable[[str], None] = print
     _dealt: bool = field(init=False, default=True)
 
     def __post_init__(self) -> None:
@@ -91,7 +91,7 @@ class IterableBatches:
             return
         self._start_epoch(epoch)
         if start:
-            self.say(f"resuming: drawing the {start} batch(es) of epoch {epoch} already trained "
+            LOG.info(f"resuming: drawing the {start} batch(es) of epoch {epoch} already trained "
                      "to skip them (the data cannot seek)")
         for i, batch in enumerate(self._mine(iter(self.data))):
             if i >= start:
@@ -126,6 +126,7 @@ def pair_loss(criterion: Callable[[Any, Any], torch.Tensor]) -> LossFn:
     return loss
 
 
+LOG = get_logger(__name__)
 NOT_READ = {"batch_size", "eval_batch_size", "dynamic_padding", "group_by_length",
             "gradient_checkpointing"}
 """cpuft train settings of how batches and models are made, which cpuft.fit takes as given
@@ -148,8 +149,7 @@ def _config(settings_given: dict[str, Any]) -> TrainConfig:
 
 def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
         criterion: Callable[[Any, Any], torch.Tensor] | None = None,
-        example_input: torch.Tensor | None = None, say: Callable[[str], None] = print,
-        **train_settings: Any) -> FitResult:
+        example_input: torch.Tensor | None = None, **train_settings: Any) -> FitResult:
     """Train ``model`` on ``data`` (a DataLoader or any iterable of batches).
 
     A batch is a dict of tensors (the model's keyword arguments, its output's ``.loss`` the
@@ -172,15 +172,14 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     plan = apply_speedups(model, runtime.plan, example_input)
     o = cfg.optimization
     source = IterableBatches(data, seed=o.seed, max_batches=o.max_steps * o.grad_accum,
-                             rank=rank, world_size=world,
-                             say=say if rank == 0 else lambda _line: None)
+                             rank=rank, world_size=world)
     per_epoch = math.ceil(source.num_batches(0) / o.grad_accum)
     if per_epoch == 0 and not o.max_steps:
         raise CpuftError("cpuft.fit: the data has no length: pass max_steps")
     total = o.max_steps or max(1, math.ceil(o.epochs * per_epoch))
     resume_from = latest_checkpoint(out) if out is not None and cfg.output.resume else None
-    if cfg.output.resume and resume_from is None and rank == 0:
-        say(f"no checkpoint in {out} to resume from: starting afresh")
+    if cfg.output.resume and resume_from is None:
+        LOG.info(f"no checkpoint in {out} to resume from: starting afresh")
     sinks = metric_sinks(out, resume_from, type(model).__name__ if cfg.output.progress
                          else None) if rank == 0 else []
     return engine_fit(model, source, fit_config(cfg, plan, total, out, resume_from),

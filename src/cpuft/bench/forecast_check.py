@@ -18,7 +18,6 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,11 @@ from cpuft.bench.start_worker import run_worker
 from cpuft.forecast.calibration import read_calibration
 from cpuft.forecast.comm import Link
 from cpuft.forecast.model import Job, Target, forecast
+from cpuft.log import get_logger
 from cpuft.speedplan.allocator import preload_env
 from cpuft.topology import read_topology
+
+LOG = get_logger(__name__)
 
 LATENCY_S = 50e-6
 """Assumed latency of the namespaces' veth links."""
@@ -86,16 +88,16 @@ def calibrate_one_core(opts: CheckOptions, out: Path) -> Path:
     return out
 
 
-def check(opts: CheckOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
+def check(opts: CheckOptions) -> dict[str, Any]:
     """Each (global batch, nodes): forecast and measured training time, and the error."""
     cores = len(read_topology().first_thread_per_core())
     rows = []
     with tempfile.TemporaryDirectory(prefix="cpuft-plan-check-") as tmp:
         work = Path(tmp)
-        say("calibrating on one core")
+        LOG.info("calibrating on one core")
         calibration = read_calibration(calibrate_one_core(opts, work / "calibration.json"))
         link = Link(gbit(opts.rate), LATENCY_S, "the namespaces' shaped links")
-        say(f"2 nodes, global batch {opts.hidden_batch}: the share of communication hidden")
+        LOG.info(f"2 nodes, global batch {opts.hidden_batch}: the share of communication hidden")
         run_on_nodes("hidden", 2, _train(opts, opts.hidden_batch // 2), opts.rate, opts.port,
                      work)
         calibration = calibration.hiding_as(read_calibration(work / "hidden"), link)
@@ -103,7 +105,7 @@ def check(opts: CheckOptions, say: Callable[[str], None] = print) -> dict[str, A
             for k in opts.nodes:
                 target = Target(name="namespace", cores=min(1.0, cores / k), isa=calibration.
                                 calibration.isa, link=link)
-                say(f"{k} node(s), global batch {batch}: running")
+                LOG.info(f"{k} node(s), global batch {batch}: running")
                 summary = run_on_nodes(f"b{batch}-k{k}", k, _train(opts, batch // k), opts.rate,
                                        opts.port, work)
                 # The forecast is told the job's data: these steps' real tokens a sample
@@ -118,8 +120,8 @@ def check(opts: CheckOptions, say: Callable[[str], None] = print) -> dict[str, A
                              "error": predicted.wall_seconds / measured - 1,
                              "comm_wait_fraction": summary["step_time_split"][
                                  "comm_wait_fraction"]})
-                say(f"    forecast {predicted.wall_seconds:.1f}s, measured {measured:.1f}s: error "
-                    f"{rows[-1]['error']:+.1%}")
+                LOG.info(f"    forecast {predicted.wall_seconds:.1f}s, measured "
+                         f"{measured:.1f}s: error {rows[-1]['error']:+.1%}")
     return {"rate": opts.rate, "steps": opts.steps, "calibration": {
         "measured": calibration.measured, "assumed": calibration.assumed}, "rows": rows,
         "worst_error": max(abs(r["error"]) for r in rows)}
@@ -128,12 +130,14 @@ def check(opts: CheckOptions, say: Callable[[str], None] = print) -> dict[str, A
 def main() -> None:
     from cpuft.config import config_from
     from cpuft.job.forecast_inputs import calibrate
+    from cpuft.log import quiet
 
+    quiet()
     _, settings, sizes, out = sys.argv[1:5]
     core = read_topology().first_thread_per_core()[0]
     os.sched_setaffinity(0, {core})  # a one-core node's plan: one thread, on this core
     cfg = config_from(json.loads(settings))
-    inputs = calibrate(cfg, [int(s) for s in sizes.split(",")], say=lambda _line: None)
+    inputs = calibrate(cfg, [int(s) for s in sizes.split(",")])
     Path(out).write_text(json.dumps({"forecast_inputs": inputs}, indent=2) + "\n")
 
 

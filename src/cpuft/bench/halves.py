@@ -50,7 +50,7 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
     os.sched_setaffinity(0, {spec.core})  # a one-core node's set-up: one thread, on this core
     cfg = config_from({"model": spec.model, "max_seq_length": spec.max_seq_length, "seed": 0})
     # as the nodes' runs settle the precision and patch the model
-    run = build_run(cfg, start(cfg).plan, say=lambda _line: None)
+    run = build_run(cfg, start(cfg).plan)
     assert isinstance(run.task, ClassifierTask)
     run.task.model.train()
     train_step = run.train_step()
@@ -80,6 +80,9 @@ def measure(spec: HalvesSpec) -> dict[str, Any]:
 
 
 def main() -> None:
+    from cpuft.log import quiet
+
+    quiet()
     print(json.dumps(measure(HalvesSpec(**json.loads(sys.argv[1])))))
 
 

@@ -111,7 +111,7 @@ def run_lm(spec: Any) -> dict[str, Any]:
     profile: dict[str, Any] = {}
     optimizer_kernel = ""
     if spec.config == "cpuft":
-        run = build_run(cfg, start(cfg).plan, say=lambda _line: None)
+        run = build_run(cfg, start(cfg).plan)
         task = run.task
         assert isinstance(task, CausalLmTask)
         loading = reset_peak_memory()
@@ -120,7 +120,7 @@ def run_lm(spec: Any) -> dict[str, Any]:
         step_seconds, step_tokens = result.step_seconds, result.step_tokens
         optimizer_kernel = result.optimizer_kernel
     else:
-        task = CausalLmRecipe().load(cfg, lambda _line: None)
+        task = CausalLmRecipe().load(cfg)
         (precision, reason), step_seconds, step_tokens, loading = \
             train_lm_with_trainer(spec, task)
     train_peak = peak_memory_since_reset_mb()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,9 +21,12 @@ from cpuft.bench.spec import (
 )
 from cpuft.bench.start_worker import run_worker
 from cpuft.errors import CpuftError
+from cpuft.log import get_logger
 from cpuft.speedplan import compile_cache
 from cpuft.speedplan.allocator import preload_env
 from cpuft.topology import read_topology
+
+LOG = get_logger(__name__)
 
 # (steps, batch size, validation rows scored; 0 = all). bert-base has random weights: its
 # accuracy only shows that all three ways train alike, so fewer rows are scored. "lm" is every
@@ -211,30 +213,30 @@ def median_run(done: list[dict[str, Any]], speed: str = "samples_per_second") ->
             "rounds_steal_fraction": [r.get("steal_fraction", 0.0) for r in done]}
 
 
-def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if opts.rounds < 1:
         raise CpuftError("--rounds must be at least 1")
     runs = plan_runs(opts)
     cpuft_env = preload_env()
     matmul_spec = RunSpec(config="matmul", model="-", steps=0, batch_size=0)
-    say("measuring matmul FLOP/s (bf16, fp32)")
+    LOG.info("measuring matmul FLOP/s (bf16, fp32)")
     matmul_before = _run(matmul_spec, cpuft_env)
     rounds: list[list[dict[str, Any]]] = [[] for _ in runs]
     for round_ in range(opts.rounds):
         for i, spec in enumerate(runs):
             turn = f" (round {round_ + 1}/{opts.rounds})" if opts.rounds > 1 else ""
-            say(f"[{i + 1}/{len(runs)}] {spec.model} {spec.config}: {spec.steps} steps of "
-                f"{spec.batch_size}{turn}")
+            LOG.info(f"[{i + 1}/{len(runs)}] {spec.model} {spec.config}: {spec.steps} steps of "
+                     f"{spec.batch_size}{turn}")
             r = _run(spec, cpuft_env)
             scores = "".join(f"{name.replace('_', ' ')} {r[name]:.4f}, " for name in (
                 "accuracy", "eval_loss", "train_loss") if name in r)
-            say(f"    {r['samples_per_second']:.1f} samples/s, "
-                f"{r['tokens_per_second']:.0f} tokens/s ({r['tokens_per_sample']:.1f} a sample), "
-                f"{scores}"
-                f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, allocator {r['allocator']}, "
-                f"steal {r['steal_fraction']:.0%}")
+            LOG.info(f"    {r['samples_per_second']:.1f} samples/s, "
+                     f"{r['tokens_per_second']:.0f} tokens/s "
+                     f"({r['tokens_per_sample']:.1f} a sample), {scores}"
+                     f"peak {r['peak_memory_mb']:.0f} MB, {r['precision']}, "
+                     f"allocator {r['allocator']}, steal {r['steal_fraction']:.0%}")
             rounds[i].append(r)
-    say("measuring matmul FLOP/s again (the faster of the two is the peak)")
+    LOG.info("measuring matmul FLOP/s again (the faster of the two is the peak)")
     matmul = faster_matmul(matmul_before, _run(matmul_spec, cpuft_env))
     results = [median_run(done, "tokens_per_second") for done in rounds]
     by_model: dict[str, dict[str, dict[str, Any]]] = {}
@@ -249,8 +251,8 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = print) -> dict[st
                 precision=done["cpuft"]["precision"],
                 max_seq_length=spec.max_seq_length, torch_version=done["cpuft"]["torch"],
             ), m)
-            say(f"{spec.model}: compile {m.speedup:.2f}x steady speed, costs "
-                f"{m.compile_seconds:.0f}s; saved for `cpuft train --compile auto`")
+            LOG.info(f"{spec.model}: compile {m.speedup:.2f}x steady speed, costs "
+                     f"{m.compile_seconds:.0f}s; saved for `cpuft train --compile auto`")
     report = compare(results, matmul)
     report["quick"] = opts.quick
     report["targets"] = TARGETS

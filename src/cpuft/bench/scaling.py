@@ -19,7 +19,10 @@ from typing import Any
 from cpuft.bench.steal import STEAL_WARN, read_ticks, steal_fraction
 from cpuft.errors import CpuftError
 from cpuft.launch.request import LaunchRequest
+from cpuft.log import get_logger
 from cpuft.topology import read_topology
+
+LOG = get_logger(__name__)
 
 TARGET_EFFICIENCY = 0.95
 NO_SYNC = "nosync"
@@ -143,7 +146,7 @@ def _result(nodes: int, compression: str, summary: dict[str, Any]) -> dict[str, 
     }
 
 
-def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_scaling(opts: ScalingOptions) -> dict[str, Any]:
     if opts.global_batch < 2 or opts.global_batch % 2:
         raise CpuftError("--global-batch must be even and at least 2 (it is split over 2 nodes)")
     if opts.grad_accum < 1 or opts.global_batch % (2 * opts.grad_accum):
@@ -158,22 +161,23 @@ def run_scaling(opts: ScalingOptions, say: Callable[[str], None] = print) -> dic
         for round_ in range(opts.rounds):
             turn = f", round {round_ + 1}/{opts.rounds}" if opts.rounds > 1 else ""
             for name, nodes, compression in runs(opts.compressions):
-                say(f"scaling: {name} ({opts.steps} steps of {opts.global_batch}{accum}, links "
-                    f"{opts.rate}{turn})")
+                LOG.info(f"scaling: {name} ({opts.steps} steps of {opts.global_batch}{accum}, "
+                         f"links {opts.rate}{turn})")
                 ticks = read_ticks()
                 done = run_one(name, nodes, compression, opts, Path(tmp))
                 done["steal_fraction"] = steal_fraction(ticks, read_ticks())
                 per_round[name].append(done)
-                say(f"    {done['samples_per_second']:.1f} samples/s, comm "
-                    f"{done['comm_fraction']:.1%} of a step, steal {done['steal_fraction']:.0%}")
+                LOG.info(f"    {done['samples_per_second']:.1f} samples/s, comm "
+                         f"{done['comm_fraction']:.1%} of a step, "
+                         f"steal {done['steal_fraction']:.0%}")
                 if done["steal_fraction"] >= STEAL_WARN:
-                    say("    (other guests of this VM took that share of its CPU time during "
-                        "this run, so its speed reads low)")
-        say(f"scaling: one core trains {max(opts.steps, 4)} global batches of "
-            f"{opts.global_batch} whole, then as the 2 nodes' halves (the same samples)")
+                    LOG.info("    (other guests of this VM took that share of its CPU time during "
+                             "this run, so its speed reads low)")
+        LOG.info(f"scaling: one core trains {max(opts.steps, 4)} global batches of "
+                 f"{opts.global_batch} whole, then as the 2 nodes' halves (the same samples)")
         halves = run_halves(opts)
-        say(f"    halves take {1 / halves['ceiling']:.3f}x the time: at most "
-            f"{halves['ceiling']:.1%} for 2 nodes here")
+        LOG.info(f"    halves take {1 / halves['ceiling']:.3f}x the time: at most "
+                 f"{halves['ceiling']:.1%} for 2 nodes here")
     return summarise(per_round, halves, opts)
 
 

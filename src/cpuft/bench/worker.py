@@ -31,6 +31,7 @@ from cpuft.data.prepare import Encoded
 from cpuft.engine.fit import fit
 from cpuft.engine.step import batch_counts
 from cpuft.job.build import build_run
+from cpuft.log import quiet
 from cpuft.recipes.classifier import ClassifierRecipe, ClassifierTask
 from cpuft.recipes.classifier_eval import evaluate
 from cpuft.recipes.hf_models import default_model_path, load_tokenizer
@@ -117,7 +118,7 @@ def train_with_cpuft(spec: RunSpec) -> tuple[ClassifierTask, tuple[str, str], li
     """The task cpuft trained, the precision with its reason, the per-step seconds and real
     tokens, and how the optimizer stepped bf16 weights."""
     cfg = run_config(spec)
-    run = build_run(cfg, start(cfg).plan, recipe=recipe(spec), say=lambda _line: None)
+    run = build_run(cfg, start(cfg).plan, recipe=recipe(spec))
     result = fit(run.task.model, run.source, run.fit_config())
     assert isinstance(run.task, ClassifierTask)
     return (run.task, (str(run.plan.precision), run.plan.precision_reason), result.step_seconds,
@@ -142,7 +143,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         task, (precision, reason), step_seconds, step_tokens, optimizer_kernel = \
             train_with_cpuft(spec)
     else:
-        task = recipe(spec).load(run_config(spec), lambda _line: None)
+        task = recipe(spec).load(run_config(spec))
         (precision, reason), step_seconds, step_tokens = train_with_trainer(
             spec, task.model, task.tokenizer, task.encoded["train"])
     model, tokenizer, validation = task.model, task.tokenizer, task.encoded["validation"]
@@ -172,6 +173,7 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    quiet()
     spec = RunSpec.from_json(sys.argv[1])
     print(json.dumps(run(spec)))
 

@@ -104,7 +104,7 @@ def _calibrate(args: argparse.Namespace, nodes: list[int], out: Path) -> Path:
     cfg = config_from({k: v for k, v in given.items() if v is not None}
                       | {"batch_size": sizes[-1]})
     print(f"calibrating: timing steps of {', '.join(map(str, sizes))} samples", file=sys.stderr)
-    inputs = calibrate(cfg, sizes, say=lambda line: print(line, file=sys.stderr))
+    inputs = calibrate(cfg, sizes)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "calibration.json"
     path.write_text(json.dumps({"forecast_inputs": inputs}, indent=2) + "\n")

@@ -14,7 +14,7 @@ from cpuft.engine.fit import BatchSource, FitConfig
 from cpuft.engine.step import TrainStep
 from cpuft.errors import CpuftError
 from cpuft.recipes import get_recipe
-from cpuft.recipes.base import Recipe, Say, Task
+from cpuft.recipes.base import Recipe, Task
 from cpuft.speedplan.resolve import settle_compile
 from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.speedups.bf16_weights import weights_for
@@ -72,14 +72,13 @@ class Run:
 
 
 def build_run(cfg: TrainConfig, plan: SpeedPlan, *, recipe: Recipe | None = None,
-              dist: DistContext | None = None, say: Say = print) -> Run:
+              dist: DistContext | None = None) -> Run:
     """Load the task of ``cfg`` and make it ready to train as ``plan`` says (``plan`` as
     ``cpuft.runtime.start`` settled it for this process, or ``Runtime.plan_for``)."""
     if plan.precision is None:
         raise CpuftError("internal: build_run needs a plan whose precision is settled")
     recipe = recipe or get_recipe(cfg.model.recipe)
-    is_main = dist is None or dist.info.is_main
-    task = recipe.load(cfg, say, is_main=is_main)
+    task = recipe.load(cfg)
     cfg = task.cfg
     plan = apply_speedups(task.model, plan)
     rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)

@@ -70,13 +70,12 @@ def _first(batch: Batch, samples: int) -> Batch:
     return {k: v[:samples] if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def calibrate(cfg: TrainConfig, sizes: list[int], steps: int = 12,
-              say: Any = print) -> dict[str, Any]:
+def calibrate(cfg: TrainConfig, sizes: list[int], steps: int = 12) -> dict[str, Any]:
     """Time ``steps`` steps of ``cfg``'s job on this node at each batch size of ``sizes`` (the
     largest is ``cfg``'s batch), in turns, after a warm-up: the first rows of the same batches.
     The forecast inputs with ``step_seconds_by_batch``: each size's mean step, as a run's varied
     lengths (and the new shapes they bring) make it."""
-    run = build_run(cfg, start(cfg).plan, say=say)
+    run = build_run(cfg, start(cfg).plan)
     step = run.train_step()
     batch_size = cfg.optimization.batch_size
     sizes = sorted({min(max(1, s), batch_size) for s in [*sizes, batch_size]})

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,11 @@ from cpuft.config import TrainConfig, to_flat
 from cpuft.config.fields import settings
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.errors import CpuftError
+from cpuft.log import get_logger
 from cpuft.metrics import JsonlSink, MetricSink, ProgressSink
 from cpuft.paths import check_writable_dir
 
+LOG = get_logger(__name__)
 RUN_MARKER = "cpuft_run.json"
 RESUME_KEEPS = tuple(name for name, s in settings().items() if s.same_on_resume)
 """Settings a resumed run must share with the run it continues (marked on their fields): with
@@ -62,8 +63,7 @@ def _marker(out: Path) -> dict[str, Any]:
     return dict(marker)
 
 
-def fit_to_world(out: Path, cfg: TrainConfig, world: int, say: Callable[[str], None],
-                 is_main: bool = True) -> TrainConfig:
+def fit_to_world(out: Path, cfg: TrainConfig, world: int) -> TrainConfig:
     """A run resumed on another number of ranks (a host lost for good) keeps its global batch:
     each rank takes its share of it, so the data order and the schedule stay the run's."""
     marker = _marker(out)
@@ -75,9 +75,8 @@ def fit_to_world(out: Path, cfg: TrainConfig, world: int, say: Callable[[str], N
     if global_batch % world:
         raise CpuftError(f"--resume: the run's global batch of {global_batch} samples does not "
                          f"split over {world} ranks: resume on a number of ranks that divides it")
-    if is_main:
-        say(f"resuming a run of {saved_world} rank(s) on {world}: {global_batch // world} "
-            f"samples a rank, the same global batch of {global_batch}")
+    LOG.info(f"resuming a run of {saved_world} rank(s) on {world}: {global_batch // world} "
+             f"samples a rank, the same global batch of {global_batch}")
     return replace(cfg, optimization=replace(cfg.optimization,
                                              batch_size=global_batch // world))
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,17 @@ from cpuft.job.outdir import (
     metric_sinks,
     settle_previous,
 )
+from cpuft.log import get_logger
 from cpuft.metrics import MetricLogger, MetricSink
 from cpuft.metrics.pace import steady_rate, steady_seconds, warmup_steps
 from cpuft.runtime import start
 from cpuft.runtime.process import versions
 from cpuft.speedplan.speed_plan import SpeedPlan
 
+LOG = get_logger(__name__)
 
-def train(cfg: TrainConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
     """The ``cpuft train`` job in this process, one rank of a job or the only one: set the
     process up, train, and leave the job; the summary (empty on ranks other than 0)."""
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
@@ -42,12 +44,12 @@ def train(cfg: TrainConfig, say: Callable[[str], None] = print) -> dict[str, Any
         cfg = replace(cfg, output=replace(cfg.output, resume=found, overwrite=not found))
     runtime = start(cfg)
     try:
-        return run_train(cfg, runtime.plan, say, runtime.dist)
+        return run_train(cfg, runtime.plan, runtime.dist)
     finally:
         runtime.close()
 
 
-def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = print,
+def run_train(cfg: TrainConfig, plan: SpeedPlan,
               dist: DistContext | None = None) -> dict[str, Any]:
     """Run the whole job and return the summary (also written to summary.json by rank 0)."""
     main = dist is None or dist.info.is_main
@@ -56,8 +58,8 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
     if main:
         out, resume_from = check_output_dir(cfg)
     if cfg.output.resume:
-        cfg = fit_to_world(out, cfg, world, say, main)
-    run = build_run(cfg, plan, dist=dist, say=say)
+        cfg = fit_to_world(out, cfg, world)
+    run = build_run(cfg, plan, dist=dist)
     cfg = run.cfg
     aside = None
     if main:
@@ -65,26 +67,26 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan, say: Callable[[str], None] = pr
             check_resume_settings(out, cfg, world)
         aside = clear_output_dir(out, resume_from)
     try:
-        return _train(run, out, resume_from, say, dist)
+        return _train(run, out, resume_from, dist)
     finally:
         if main:
             settle_previous(out, aside)
 
 
-def _train(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], None],
+def _train(run: Run, out: Path, resume_from: Path | None,
            dist: DistContext | None) -> dict[str, Any]:
     cfg, main = run.cfg, dist is None or dist.info.is_main
     if dist is not None:
         dist.barrier()  # rank 0 has checked, cleared or found the output dir
         if not main:
             resume_from = latest_checkpoint(out) if cfg.output.resume else None
-    before = _before(run, out, resume_from, say, main)
-    logger = MetricLogger(_start_run_folder(run, out, resume_from, say) if main else [])
+    before = _before(run, out, resume_from, main)
+    logger = MetricLogger(_start_run_folder(run, out, resume_from) if main else [])
     if main:
-        say(_describe(run))
+        LOG.info(_describe(run))
         if dist is not None and not cfg.distributed.grad_sync:
-            say("--no-grad-sync: the ranks send no gradients, so each trains apart on its own "
-                "share; this run measures speed, its model is rank 0's alone")
+            LOG.info("--no-grad-sync: the ranks send no gradients, so each trains apart on its "
+                     "own share; this run measures speed, its model is rank 0's alone")
     result = fit(run.task.model, run.source, run.fit_config(out, resume_from),
                  loss_fn=run.task.loss_fn, logger=logger, dist=dist)
     speeds = _speeds(run, result, dist)
@@ -99,7 +101,7 @@ def _train(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], N
     return summary
 
 
-def _before(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], None],
+def _before(run: Run, out: Path, resume_from: Path | None,
             main: bool) -> dict[str, Any] | None:
     """The model's evaluation before training, where the recipe asks for one: taken at the
     start (kept in before.json), read back on resume."""
@@ -110,21 +112,20 @@ def _before(run: Run, out: Path, resume_from: Path | None, say: Callable[[str], 
         return json.loads(kept.read_text()) if main and kept.is_file() else None
     # Every rank evaluates, so that none waits in a collective past its timeout meanwhile.
     if main:
-        say("evaluating the model before training")
+        LOG.info("evaluating the model before training")
     before = run.task.evaluate(run.task.model, run.plan)
     if main:
         kept.write_text(json.dumps(before, indent=2) + "\n")
     return before
 
 
-def _start_run_folder(run: Run, out: Path, resume_from: Path | None,
-                      say: Callable[[str], None]) -> list[MetricSink]:
+def _start_run_folder(run: Run, out: Path, resume_from: Path | None) -> list[MetricSink]:
     """Mark the folder as this run's, and the sinks its metrics go to."""
     (out / RUN_MARKER).write_text(json.dumps({"config": to_flat(run.cfg),
                                               "world_size": run.world_size}, indent=2) + "\n")
     run.task.write_metadata(out)
     if resume_from is not None:
-        say(f"resuming from {resume_from}")
+        LOG.info(f"resuming from {resume_from}")
     return metric_sinks(out, resume_from, run.task.name if run.cfg.output.progress else None)
 
 

@@ -19,8 +19,6 @@ from cpuft.engine.fit import BatchSource
 from cpuft.engine.step import LossFn
 from cpuft.speedplan.speed_plan import SpeedPlan
 
-Say = Callable[[str], None]
-
 
 @dataclass(kw_only=True)
 class Task:
@@ -52,4 +50,4 @@ class Task:
 class Recipe(Protocol):
     name: str
 
-    def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> Task: ...
+    def load(self, cfg: TrainConfig) -> Task: ...

@@ -22,11 +22,14 @@ from cpuft.data.lm import LmCollator, LmRows, encode_lm, read_lm_file
 from cpuft.data.prepare import Encoded
 from cpuft.data.subset import SUBSET_SEED, seeded_subset
 from cpuft.errors import CpuftError
-from cpuft.recipes.base import Say, Task
+from cpuft.log import get_logger
+from cpuft.recipes.base import Task
 from cpuft.recipes.hf_models import load_causal_lm, resolve_causal_lm
 from cpuft.recipes.lm_eval import MAX_CHOICES, choice_accuracy, lm_loss
 from cpuft.recipes.memory import check_memory
 from cpuft.speedplan.speed_plan import SpeedPlan
+
+LOG = get_logger(__name__)
 
 DEFAULT_TASK = "rotten_tomatoes_verdicts"
 TEXT_TASK = "rotten_tomatoes_text"
@@ -122,21 +125,20 @@ class CausalLmTask(Task):
 class CausalLmRecipe:
     name: str = "causal-lm"
 
-    def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> CausalLmTask:
+    def load(self, cfg: TrainConfig) -> CausalLmTask:
         task_name, splits = _load_rows(cfg)
         d = cfg.data
         if task_name in TASKS and not (d.max_train_samples or d.max_eval_samples):
             d = replace(d, max_train_samples=DEFAULT_JOB_SAMPLES[0],
                         max_eval_samples=DEFAULT_JOB_SAMPLES[1])
             cfg = replace(cfg, data=d)
-            if is_main:
-                say(f"{task_name} trains on a seeded subset of {d.max_train_samples} "
-                    f"reviews and evaluates on {d.max_eval_samples} of each held-out split "
-                    "(--max-train-samples and --max-eval-samples set other sizes)")
+            LOG.info(f"{task_name} trains on a seeded subset of {d.max_train_samples} reviews "
+                     f"and evaluates on {d.max_eval_samples} of each held-out split "
+                     "(--max-train-samples and --max-eval-samples set other sizes)")
         splits = {name: subset_rows(rows, d.max_train_samples if name == "train"
                               else d.max_eval_samples) for name, rows in splits.items()}
         folder, gguf_file = resolve_causal_lm(cfg.model.model)
-        check_memory(folder, gguf_file, cfg, say if is_main else lambda _line: None)
+        check_memory(folder, gguf_file, cfg)
         torch.manual_seed(cfg.optimization.seed)
         model, tokenizer = load_causal_lm(folder, gguf_file)
         model = apply_lora(model, cfg)

@@ -17,7 +17,8 @@ from cpuft.data.labels import LabelMap
 from cpuft.data.prepare import Encoded, LabelledSplits, encode, load_labelled
 from cpuft.data.subset import seeded_subset
 from cpuft.errors import CpuftError
-from cpuft.recipes.base import Say, Task
+from cpuft.log import get_logger
+from cpuft.recipes.base import Task
 from cpuft.recipes.classifier_eval import evaluate
 from cpuft.recipes.hf_models import (
     load_classifier,
@@ -26,6 +27,8 @@ from cpuft.recipes.hf_models import (
     sequence_length_limit,
 )
 from cpuft.speedplan.speed_plan import SpeedPlan
+
+LOG = get_logger(__name__)
 
 ModelBuilder = Callable[[LabelMap], tuple[nn.Module, Any]]
 """label map -> (model, tokenizer): a model not loaded from --model (the bench's bert-base)."""
@@ -40,13 +43,13 @@ class ClassifierTask(Task):
     encoded: dict[str, Encoded]
 
 
-def _subsets(data: LabelledSplits, cfg: TrainConfig, say: Say) -> LabelledSplits:
+def _subsets(data: LabelledSplits, cfg: TrainConfig) -> LabelledSplits:
     """``data`` cut to ``--max-train-samples`` and, each held-out split, ``--max-eval-samples``
     (seeded subsets)."""
     for split in list(data.labels):
         limit = cfg.data.max_train_samples if split == "train" else cfg.data.max_eval_samples
         if limit and data.size(split) > limit:
-            say(f"{split}: a seeded subset of {limit} of its {data.size(split)} samples")
+            LOG.info(f"{split}: a seeded subset of {limit} of its {data.size(split)} samples")
             rows = seeded_subset(list(zip(data.texts[split], data.labels[split], strict=True)),
                                  limit)
             data.texts[split] = [text for text, _ in rows]
@@ -59,9 +62,8 @@ class ClassifierRecipe:
     name: str = "classifier"
     build_model: ModelBuilder | None = None
 
-    def load(self, cfg: TrainConfig, say: Say, *, is_main: bool = True) -> ClassifierTask:
-        data = _subsets(load_labelled(cfg.data, cfg.of(ClassifierConfig)), cfg,
-                        say if is_main else lambda _line: None)
+    def load(self, cfg: TrainConfig) -> ClassifierTask:
+        data = _subsets(load_labelled(cfg.data, cfg.of(ClassifierConfig)), cfg)
         if self.build_model is not None:
             torch.manual_seed(cfg.optimization.seed)
             model_name = cfg.model.model or "built"
@@ -75,9 +77,8 @@ class ClassifierRecipe:
             raise CpuftError(f"--model {cfg.model.model}: the tokenizer has no padding token")
         limit = sequence_length_limit(model.config, tokenizer)
         if limit is not None and cfg.data.max_seq_length > limit:
-            if is_main:
-                say(f"--max-seq-length {cfg.data.max_seq_length} is longer than this model "
-                    f"takes: using {limit}")
+            LOG.info(f"--max-seq-length {cfg.data.max_seq_length} is longer than this model "
+                     f"takes: using {limit}")
             cfg = replace(cfg, data=replace(cfg.data, max_seq_length=limit))
         encoded = {split: encode(data.texts[split], data.labels[split], tokenizer,
                                  cfg.data.max_seq_length)

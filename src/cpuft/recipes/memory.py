@@ -6,6 +6,9 @@ from typing import Any
 
 from cpuft.config import CausalLmConfig, TrainConfig
 from cpuft.errors import CpuftError
+from cpuft.log import get_logger
+
+LOG = get_logger(__name__)
 
 
 def node_memory_bytes() -> int:
@@ -31,7 +34,7 @@ def estimate(*, params: int, trainable: int, layers: int, hidden: int, vocab: in
     }
 
 
-def check_memory(folder: str, gguf_file: str | None, cfg: TrainConfig, say: Any,
+def check_memory(folder: str, gguf_file: str | None, cfg: TrainConfig,
                  available: int | None = None) -> dict[str, int]:
     """Print the estimate; refuse, with it, a run that would not fit in this node's memory."""
     import torch
@@ -57,7 +60,7 @@ def check_memory(folder: str, gguf_file: str | None, cfg: TrainConfig, say: Any,
                      checkpointing=m.gradient_checkpointing)
     total = sum(parts.values())
     shown = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in parts.items())
-    say(f"memory estimate: {total / 2**30:.2f} GiB ({shown} GiB) at batch "
+    LOG.info(f"memory estimate: {total / 2**30:.2f} GiB ({shown} GiB) at batch "
         f"{cfg.optimization.batch_size} of {cfg.data.max_seq_length} tokens")
     have = node_memory_bytes() if available is None else available
     if total > have:

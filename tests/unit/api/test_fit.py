@@ -34,7 +34,8 @@ SETTINGS = {"lr": 1e-2, "precision": "fp32", "progress": False, "seed": 3, "log_
             "lr_schedule": "constant", "warmup_ratio": 0.0}  # both legs: one schedule
 
 
-def test_fit_trains_on_a_dataloader_and_resumes_exactly(tmp_path: Path) -> None:
+def test_fit_trains_on_a_dataloader_and_resumes_exactly(tmp_path: Path,
+                                                         said: list[str]) -> None:
     whole = _model()
     result = cpuft.fit(whole, _loader(), criterion=nn.functional.cross_entropy, max_steps=9,
                        **SETTINGS)
@@ -45,10 +46,10 @@ def test_fit_trains_on_a_dataloader_and_resumes_exactly(tmp_path: Path) -> None:
     cpuft.fit(first, _loader(), criterion=nn.functional.cross_entropy, max_steps=4,
               output_dir=str(out), save_steps=4, **SETTINGS)
     assert (out / "checkpoint-4").is_dir()
-    said: list[str] = []
+    said.clear()
     resumed = _model()
     cpuft.fit(resumed, _loader(), criterion=nn.functional.cross_entropy, max_steps=9,
-              output_dir=str(out), resume=True, say=said.append, **SETTINGS)
+              output_dir=str(out), resume=True, **SETTINGS)
     # Epoch 0 (6 batches) stopped at batch 4: its order is seeded, so skipping repeats it.
     assert said == ["resuming: drawing the 4 batch(es) of epoch 0 already trained to skip them "
                     "(the data cannot seek)"]
@@ -91,7 +92,8 @@ def test_bad_settings_and_data_say_so_in_one_line() -> None:
         cpuft.fit(_model(), [torch.randn(4, 8)], max_steps=1, **SETTINGS)
 
 
-def test_a_source_that_seeks_resumes_without_drawing_again(tmp_path: Path) -> None:
+def test_a_source_that_seeks_resumes_without_drawing_again(tmp_path: Path,
+                                                            said: list[str]) -> None:
     class Seeking:
         """Epochs of 5 batches that start anywhere (as cpuft's own batch sources do)."""
 
@@ -112,7 +114,8 @@ def test_a_source_that_seeks_resumes_without_drawing_again(tmp_path: Path) -> No
     out = tmp_path / "run"
     cpuft.fit(_model(), Seeking(), criterion=nn.functional.cross_entropy, max_steps=3,
               output_dir=str(out), save_steps=3, **SETTINGS)
-    source, said = Seeking(), []
+    source = Seeking()
+    said.clear()
     cpuft.fit(_model(), source, criterion=nn.functional.cross_entropy, max_steps=7,
-              output_dir=str(out), resume=True, say=said.append, **SETTINGS)
+              output_dir=str(out), resume=True, **SETTINGS)
     assert source.starts == [(0, 3), (1, 0)] and said == []

@@ -18,12 +18,11 @@ def test_estimate_by_hand():
     assert kept == 2 * 3 * 5 * 4 * 2 + 3 * 3 * 5 * 7 * 4
 
 
-def test_lora_trains_far_fewer_weights_and_a_run_too_big_is_refused(tmp_path):
+def test_lora_trains_far_fewer_weights_and_a_run_too_big_is_refused(tmp_path, said):
     model = make_tiny_llama(tmp_path / "llama")
-    lines = []
-    full = check_memory(str(model), None, config_from({"lora_r": 0}), lines.append)
-    lora = check_memory(str(model), None, config_from({"lora_r": 2}), lines.append)
+    full = check_memory(str(model), None, config_from({"lora_r": 0}))
+    lora = check_memory(str(model), None, config_from({"lora_r": 2}))
     assert lora["gradients"] < full["gradients"] / 3 and lora["weights"] == full["weights"]
-    assert lines[0].startswith("memory estimate: ")
+    assert said[0].startswith("memory estimate: ")
     with pytest.raises(CpuftError, match=r"this run needs about .* GiB .* this node has 0.0 GiB"):
-        check_memory(str(model), None, config_from({}), lines.append, available=1000)
+        check_memory(str(model), None, config_from({}), available=1000)
