@@ -54,8 +54,8 @@ def test_plan_reads_a_runs_summary_and_calibrates_a_job_here(tiny_model, data_fi
     sheet = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert sheet["nodes"][0]["efficiency"] == pytest.approx(1.0)
     assert sheet["model"] == str(tiny_model)
-    assert main(["plan", "--calibrate", "--model", str(tiny_model), "--data", str(data_file),
-                 "--text-columns", "text", "--seq-len", "32", "--batch-size", "8",
+    assert main(["plan", "--calibrate", "--model", str(tiny_model), "--train-file", str(data_file),
+                 "--text-columns", "text", "--max-seq-length", "32", "--batch-size", "8",
                  "--train-samples", "10000", "--nodes", "1,2", "--cores", "2", "--link-gbit", "1",
                  "--output-dir", str(tmp_path / "p2"), "--json"]) == 0
     sheet = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

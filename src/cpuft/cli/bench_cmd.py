@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cpuft.cli.flags import add_setting_flags
+
 DESCRIPTION = """\
 Train the same model on the same data, sequence length, batch and steps three ways, one after
 the other, each in a fresh process:
@@ -47,8 +49,8 @@ def register(sub: Any) -> None:
                    help="comma-separated subset of the configurations (default: each model's "
                         "own)")
     p.add_argument("--steps", type=int, default=0, help="steps per run (default: by model)")
-    p.add_argument("--batch-size", type=int, default=0, help="batch size (default: by model)")
-    p.add_argument("--max-seq-length", type=int, default=128)
+    add_setting_flags(p, ("batch_size", "max_seq_length"), defaults={
+        "batch_size": (0, "by model"), "max_seq_length": (128, "128")})
     p.add_argument("--image-size", type=int, default=0,
                    help="the side of the cnn model's random images (default: 64 with --quick, "
                         "else 128)")
@@ -67,9 +69,7 @@ def register(sub: Any) -> None:
                    help="gradient compressions to run on 2 nodes (none, bf16, powersgd), and "
                         "nosync: 2 nodes that send no gradients, what they reach if "
                         "communication were free")
-    s.add_argument("--grad-accum", type=int, default=1,
-                   help="micro-batches per optimizer step on every node (the global batch is "
-                        "split into this many, then over the nodes)")
+    add_setting_flags(s, ("grad_accum",), defaults={"grad_accum": (1, "1")})
     s.add_argument("--bucket-cap-mb", type=float, default=0.0,
                    help="DDP gradient bucket size on 2 nodes (default: cpuft train's)")
     p.set_defaults(handler=run)

@@ -1,17 +1,42 @@
-"""argparse flags built from the config's settings, so each setting is declared once."""
+"""argparse flags built from the config's settings, so each setting is declared once: cpuft
+train's, and those of other commands that take a train setting."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cpuft.config import TrainConfig, build_config, load_config_file
-from cpuft.config.fields import all_sections, settings
+from cpuft.config.fields import Setting, all_sections, settings
 from cpuft.config.sections import SECTIONS
 
 
 def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _flag(group: Any, s: Setting, aliases: Sequence[str] = (),
+          default: tuple[Any, str] | None = None) -> None:
+    """One setting's flag, absent from the parsed arguments unless given (or, with
+    ``default``, that value, shown as its text)."""
+    shown = repr(s.default) if default is None else default[1]
+    kwargs: dict[str, Any] = {
+        "dest": s.name,
+        "default": argparse.SUPPRESS if default is None else default[0],
+        "help": f"{s.help} (default: {shown})",
+    }
+    if s.kind is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif s.kind is list:
+        kwargs["type"] = _comma_list
+        kwargs["metavar"] = "A[,B]"
+    elif s.choices:
+        kwargs["choices"] = s.choices
+    else:
+        kwargs["type"] = s.kind
+        kwargs["metavar"] = s.name.upper()
+    group.add_argument("--" + s.name.replace("_", "-"), *aliases, **kwargs)
 
 
 def add_train_flags(parser: argparse.ArgumentParser) -> None:
@@ -23,27 +48,25 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
         f"{name} settings" if name in SECTIONS else f"{name} recipe settings (other recipes "
         "refuse them)") for name in all_sections()}
     for s in settings().values():
-        kwargs: dict[str, Any] = {
-            "dest": s.name,
-            "default": argparse.SUPPRESS,
-            "help": f"{s.help} (default: {s.default!r})",
-        }
-        if s.kind is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif s.kind is list:
-            kwargs["type"] = _comma_list
-            kwargs["metavar"] = "A[,B]"
-        elif s.choices:
-            kwargs["choices"] = s.choices
-        else:
-            kwargs["type"] = s.kind
-            kwargs["metavar"] = s.name.upper()
-        groups[s.section].add_argument("--" + s.name.replace("_", "-"), **kwargs)
+        _flag(groups[s.section], s)
 
 
-def given_flags(args: argparse.Namespace) -> dict[str, Any]:
-    names = settings().keys()
-    return {k: v for k, v in vars(args).items() if k in names}
+def add_setting_flags(group: Any, names: Iterable[str],
+                      aliases: Mapping[str, Sequence[str]] | None = None,
+                      defaults: Mapping[str, tuple[Any, str]] | None = None) -> None:
+    """Flags for the train settings ``names``, as ``cpuft train`` declares them, for another
+    command: with older spellings in ``aliases``, and the command's own ``defaults`` (value,
+    text for help) where a setting's differs."""
+    known = settings()
+    for name in names:
+        _flag(group, known[name], (aliases or {}).get(name, ()), (defaults or {}).get(name))
+
+
+def given_flags(args: argparse.Namespace, names: Iterable[str] | None = None
+                ) -> dict[str, Any]:
+    """The train settings given on the command line (of ``names`` only, where given)."""
+    wanted = set(settings()) if names is None else set(names)
+    return {k: v for k, v in vars(args).items() if k in wanted}
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -73,3 +73,18 @@ def test_bad_plan_input_is_one_line_and_exit_code_2(tmp_path, capsys, argv, mess
                  "--nodes", "1,2,4", "--output-dir", str(tmp_path / "out"), *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--recipe", "causal-lm", "--text-columns", "text"],
+     "--text-columns is a setting of the classifier recipe"),
+    (["--batch-size", "0"], "--batch-size must be positive"),
+    (["--max-seq-length", "1"], "--max-seq-length must be at least 2"),
+])
+def test_calibrate_takes_train_settings_as_cpuft_train_checks_them(tmp_path, capsys, argv,
+                                                                   message):
+    code = main(["plan", "--calibrate", "--train-samples", "1000", "--cores", "2",
+                 "--link-gbit", "1", "--output-dir", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.splitlines()[-1].startswith("cpuft: ") and message in err, err
+    assert not (tmp_path / "out").exists()
