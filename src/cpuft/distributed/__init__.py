@@ -37,6 +37,15 @@ def context(backend: str = "auto", timeout_s: float = 120.0,
     return _joined[0]
 
 
+def leave() -> None:
+    """Leave the job this process joined through ``init`` or ``context``, if any: a later
+    ``context`` joins afresh."""
+    if _joined:
+        from cpuft.distributed.group import shutdown
+
+        shutdown(_joined.pop())
+
+
 def joined() -> DistContext | None:
     """The job's context if this process is already in one (through ``init``, or its own
     ``init_process_group``); never joins one itself."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpuft.config import TrainConfig
-from cpuft.distributed import context, joined
-from cpuft.distributed.group import DistContext, shutdown
+from cpuft.distributed import context, joined, leave
+from cpuft.distributed.group import DistContext
 from cpuft.runtime.process import place_process
 from cpuft.speedplan.resolve import settle_precision
 from cpuft.speedplan.speed_plan import SpeedPlan, make_plan
@@ -30,6 +30,8 @@ class Runtime:
     dist: DistContext | None
     """None in a single process."""
     topology: Topology
+    joined_here: bool = False
+    """Whether ``start`` joined the job (``close`` leaves it then), or found it joined."""
 
     def plan_for(self, cfg: TrainConfig) -> SpeedPlan:
         """The plan of another config in this same process (a benchmark's variant): its own
@@ -41,8 +43,9 @@ class Runtime:
         return settle_precision(own, cfg.speedups.precision)
 
     def close(self) -> None:
-        """Leave the process group, if ``start`` joined one."""
-        shutdown(self.dist)
+        """Leave the job's process group, where ``start`` joined it."""
+        if self.joined_here and self.dist is not None:
+            leave()
 
 
 def start(cfg: TrainConfig, *, own_loop: bool = False, join: bool = True) -> Runtime:
@@ -60,7 +63,7 @@ def start(cfg: TrainConfig, *, own_loop: bool = False, join: bool = True) -> Run
             else joined())
     plan = settle_precision(plan, cfg.speedups.precision,
                             dist.on_every_rank if dist is not None else None)
-    return Runtime(plan=plan, dist=dist, topology=topology)
+    return Runtime(plan=plan, dist=dist, topology=topology, joined_here=join)
 
 
 def preview(cfg: TrainConfig | None = None) -> SpeedPlan:

@@ -24,8 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from cpuft.data.lm import IGNORE
-from cpuft.speedplan.speed_plan import Decision
-from cpuft.speedups.registry import PatchContext, SpeedUp, not_applied, register
+from cpuft.speedups.registry import PatchSpeedUp, register
 
 CHECK_TOLERANCE = 1e-4
 """Relative difference allowed between the patched and the stock loss in the check."""
@@ -111,12 +110,6 @@ def use_counted_logits(model: nn.Module) -> str:
     return why_not
 
 
-class CountedLogitsSpeedUp(SpeedUp):
-    name = "counted_logits"
-    own_loops = "off in a loop of your own: the loss, and which logits it reads, are yours"
-
-    def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
-        return not_applied(use_counted_logits(model), decision)
-
-
-register(CountedLogitsSpeedUp())
+register(PatchSpeedUp(
+    "counted_logits", use_counted_logits,
+    own_loops="off in a loop of your own: the loss, and which logits it reads, are yours"))

@@ -23,9 +23,8 @@ import torch
 from torch import nn
 
 from cpuft.speedplan.choices import MATMUL_ATTENTION
-from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.dropout import fast_dropout
-from cpuft.speedups.registry import PatchContext, SpeedUp, not_applied, register
+from cpuft.speedups.registry import PatchSpeedUp, register
 
 # Sequence classifiers whose head reads position 0 of the last hidden state and nothing else.
 FIRST_TOKEN_HEADS = frozenset({
@@ -120,11 +119,4 @@ def use_first_token_layer(model: nn.Module) -> str:
     return ""
 
 
-class FirstTokenSpeedUp(SpeedUp):
-    name = "first_token_layer"
-
-    def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
-        return not_applied(use_first_token_layer(model), decision)
-
-
-register(FirstTokenSpeedUp())
+register(PatchSpeedUp("first_token_layer", use_first_token_layer))

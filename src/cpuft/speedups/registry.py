@@ -11,16 +11,20 @@ loads, from the settings alone).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from cpuft.config import TrainConfig
 from cpuft.speedplan.speed_plan import Decision, SpeedPlan
 from cpuft.topology import Topology
 
-BUILT_IN = ("dropout", "attention", "sparse_embeddings", "first_token", "counted_logits",
-            "channels_last", "bf16_weights")
-"""The modules of cpuft's own speed-ups, in the order they patch a model."""
+BUILT_IN = {"fast_dropout": "dropout", "attention": "attention",
+            "sparse_embeddings": "sparse_embeddings", "first_token_layer": "first_token",
+            "counted_logits": "counted_logits", "channels_last": "channels_last",
+            "bf16_weights": "bf16_weights"}
+"""cpuft's own speed-ups and the modules that register them, in the order they patch a
+model."""
 _REGISTRY: dict[str, SpeedUp] = {}
 
 
@@ -36,8 +40,8 @@ class PatchContext:
 class SpeedUp:
     """One speed-up. ``name`` is its setting (where it has one) and its summary.json field."""
 
-    name: ClassVar[str]
-    own_loops: ClassVar[str] = ""
+    name: str
+    own_loops: str = ""
     """Why loops of one's own (``cpuft.fit``, ``cpuft.optimize``) run without it; '' when they
     get it too."""
 
@@ -56,9 +60,16 @@ def switch(requested: bool, default_reason: str = "on by default") -> Decision:
     return Decision(True, default_reason) if requested else Decision(False, "requested")
 
 
-def not_applied(why_not: str, decision: Decision) -> Decision:
-    """``decision`` if a patch that returns why it could not apply ('' when it did) applied."""
-    return Decision(False, why_not) if why_not else decision
+class PatchSpeedUp(SpeedUp):
+    """A speed-up that is one patch function, decided by its switch: ``patch(model)`` returns
+    why it could not apply, or '' where it did."""
+
+    def __init__(self, name: str, patch: Callable[[Any], str], own_loops: str = "") -> None:
+        self.name, self.own_loops, self._patch = name, own_loops, patch
+
+    def apply(self, model: Any, decision: Decision, ctx: PatchContext) -> Decision:
+        why_not = self._patch(model)
+        return Decision(False, why_not) if why_not else decision
 
 
 def register(speedup: SpeedUp) -> SpeedUp:
@@ -70,13 +81,12 @@ def register(speedup: SpeedUp) -> SpeedUp:
 def registered() -> dict[str, SpeedUp]:
     """Every registered speed-up by name: cpuft's own first, in patching order (whatever order
     their modules were imported in), then the others in the order they were registered."""
-    modules = [f"cpuft.speedups.{module}" for module in BUILT_IN]
-    for module in modules:
-        importlib.import_module(module)
+    for module in BUILT_IN.values():
+        importlib.import_module(f"cpuft.speedups.{module}")
+    order = list(BUILT_IN)
 
     def rank(name: str) -> int:
-        module = type(_REGISTRY[name]).__module__
-        return modules.index(module) if module in modules else len(modules)
+        return order.index(name) if name in order else len(order)
 
     return {name: _REGISTRY[name] for name in sorted(_REGISTRY, key=rank)}
 

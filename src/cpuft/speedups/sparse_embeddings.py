@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from cpuft.speedplan.speed_plan import Decision
-from cpuft.speedups.registry import PatchContext, SpeedUp, not_applied, register
+from cpuft.speedups.registry import PatchSpeedUp, register
 
 
 def make_embeddings_sparse(model: nn.Module) -> str:
@@ -26,12 +25,6 @@ def make_embeddings_sparse(model: nn.Module) -> str:
     return ""
 
 
-class SparseEmbeddingsSpeedUp(SpeedUp):
-    name = "sparse_embeddings"
-    own_loops = "off in a loop of your own: torch's optimizers take dense gradients"
-
-    def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
-        return not_applied(make_embeddings_sparse(model), decision)
-
-
-register(SparseEmbeddingsSpeedUp())
+register(PatchSpeedUp(
+    "sparse_embeddings", make_embeddings_sparse,
+    own_loops="off in a loop of your own: torch's optimizers take dense gradients"))
