@@ -17,19 +17,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from cpuft.api.checks import check_model, validate_arguments
 from cpuft.config import TrainConfig, config_from
 from cpuft.config.fields import settings
 from cpuft.engine.checkpoint import latest_checkpoint
-from cpuft.engine.fit import FitResult
+from cpuft.engine.fit import FitResult, LossNotFinite
 from cpuft.engine.fit import fit as engine_fit
 from cpuft.engine.step import Batch, LossFn
-from cpuft.errors import CpuftError
+from cpuft.errors import CpuftError, CpuftTypeError
 from cpuft.job.build import fit_config
-from cpuft.job.outdir import metric_sinks
+from cpuft.job.outdir import clear_output_dir, metric_sinks, settle_previous
 from cpuft.log import get_logger
 from cpuft.metrics import MetricLogger
+from cpuft.paths import check_writable_dir
 from cpuft.runtime import start
 from cpuft.speedups.registry import apply_speedups
+
+LOG = get_logger(__name__)
 
 
 @dataclass
@@ -50,6 +54,8 @@ class IterableBatches:
     """Batches an epoch gives when the data has no length."""
     rank: int = 0
     world_size: int = 1
+    pairs: bool = True
+    """(input, target) batches are allowed: a loss takes them."""
     _dealt: bool = field(init=False, default=True)
 
     def __post_init__(self) -> None:
@@ -95,7 +101,7 @@ class IterableBatches:
                      "to skip them (the data cannot seek)")
         for i, batch in enumerate(self._mine(iter(self.data))):
             if i >= start:
-                yield _as_batch(batch)
+                yield _as_batch(batch, self.pairs)
         if self._length() is None:
             raise CpuftError("the data ran out before max_steps: pass fewer max_steps, or data "
                              "that gives more batches")
@@ -106,12 +112,15 @@ class IterableBatches:
                 yield batch
 
 
-def _as_batch(batch: Any) -> Batch:
+def _as_batch(batch: Any, pairs: bool) -> Batch:
     """A dict of tensors as the model's keyword arguments; a (inputs, targets) pair as
-    ``{"input": ..., "target": ...}`` for a ``loss_fn``."""
+    ``{"input": ..., "target": ...}`` for a ``loss_fn`` (``pairs``: there is one)."""
     if isinstance(batch, dict):
         return batch
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        if not pairs:
+            raise CpuftError("cpuft.fit: (input, target) batches need criterion= (the loss "
+                             "criterion(model(input), target)) or loss_fn=")
         return {"input": batch[0], "target": batch[1]}
     raise CpuftError(f"cpuft.fit: a batch must be a dict of tensors or an (input, target) pair, "
                      f"not {type(batch).__name__}")
@@ -126,7 +135,29 @@ def pair_loss(criterion: Callable[[Any, Any], torch.Tensor]) -> LossFn:
     return loss
 
 
-LOG = get_logger(__name__)
+def _model_loss(model: nn.Module, batch: Batch) -> Any:
+    out = model(**batch)
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if loss is None:
+        raise CpuftError(f"cpuft.fit: the model's output ({type(out).__name__}) holds no loss: "
+                         "give criterion= or loss_fn=")
+    return loss
+
+
+def _one_value(loss_fn: Callable[[nn.Module, Batch], Any], where: str) -> LossFn:
+    """``loss_fn``, refusing what is not a loss: a tensor of one value."""
+
+    def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+        value = loss_fn(model, batch)
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else None
+            raise CpuftError(f"cpuft.fit: {where} must give a tensor of one value, not "
+                             f"{type(value).__name__}" + (f" of shape {shape}" if shape else ""))
+        return value
+
+    return loss
+
+
 NOT_READ = {"batch_size", "eval_batch_size", "dynamic_padding", "group_by_length",
             "gradient_checkpointing"}
 """cpuft train settings of how batches and models are made, which cpuft.fit takes as given
@@ -144,7 +175,28 @@ def _config(settings_given: dict[str, Any]) -> TrainConfig:
     if unread:
         raise CpuftError(f"cpuft.fit: {unread[0]} is a cpuft train setting that cpuft.fit does "
                          "not read: it trains the model and the batches you give it")
-    return config_from(settings_given)
+    try:
+        cfg = config_from(settings_given)
+    except CpuftTypeError as e:
+        raise CpuftTypeError(f"cpuft.fit: {e}") from None
+    except CpuftError as e:
+        raise CpuftError(f"cpuft.fit: {e}") from None
+    validate_arguments(cfg, "cpuft.fit")
+    return cfg
+
+
+def _output_dir(out: Path, resume: bool, overwrite: bool) -> bool:
+    """Refuse a folder that cannot take the run, or that holds another run the user did not
+    say to continue or replace; whether it holds one."""
+    if out.exists() and not out.is_dir():
+        raise CpuftError(f"cpuft.fit: output_dir {out} is a file")
+    check_writable_dir(str(out), "cpuft.fit: output_dir")
+    holds_run = out.is_dir() and ((out / "metrics.jsonl").exists()
+                                  or latest_checkpoint(out) is not None)
+    if holds_run and not resume and not overwrite:
+        raise CpuftError(f"cpuft.fit: output_dir {out} holds another run: pass overwrite=True "
+                         "to replace it, or resume=True to continue it")
+    return holds_run
 
 
 def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
@@ -158,21 +210,27 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     ``output_dir``, ``save_steps``, ``resume``, ``precision`` and the rest are ``cpuft train``'s
     settings. Started by ``cpuft launch``, every rank calls it and the model trains under DDP.
     """
+    check_model(model, "cpuft.fit")
     if criterion is not None:
         if loss_fn is not None:
             raise CpuftError("cpuft.fit: give loss_fn or criterion, not both")
-        loss_fn = pair_loss(criterion)
+        loss = _one_value(pair_loss(criterion), "criterion")
+    else:
+        loss = _one_value(loss_fn or _model_loss, "loss_fn" if loss_fn else "the model's loss")
     cfg = _config({"output_dir": "", **train_settings})
     out = Path(cfg.output.output_dir) if cfg.output.output_dir else None
     if cfg.output.resume and out is None:
         raise CpuftError("cpuft.fit: resume=True needs the output_dir of the run to resume")
+    replaces = out is not None and _output_dir(out, cfg.output.resume, cfg.output.overwrite) \
+        and not cfg.output.resume
     runtime = start(cfg, own_loop=True)
     dist = runtime.dist
     rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
     plan = apply_speedups(model, runtime.plan, example_input)
     o = cfg.optimization
     source = IterableBatches(data, seed=o.seed, max_batches=o.max_steps * o.grad_accum,
-                             rank=rank, world_size=world)
+                             rank=rank, world_size=world,
+                             pairs=criterion is not None or loss_fn is not None)
     per_epoch = math.ceil(source.num_batches(0) / o.grad_accum)
     if per_epoch == 0 and not o.max_steps:
         raise CpuftError("cpuft.fit: the data has no length: pass max_steps")
@@ -180,7 +238,15 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     resume_from = latest_checkpoint(out) if out is not None and cfg.output.resume else None
     if cfg.output.resume and resume_from is None:
         LOG.info(f"no checkpoint in {out} to resume from: starting afresh")
-    sinks = metric_sinks(out, resume_from, type(model).__name__ if cfg.output.progress
-                         else None) if rank == 0 else []
-    return engine_fit(model, source, fit_config(cfg, plan, total, out, resume_from),
-                      loss_fn=loss_fn, logger=MetricLogger(sinks), dist=dist)
+    # The run replaced stays aside until this one has a checkpoint (settle_previous).
+    aside = clear_output_dir(out, None) if out is not None and replaces and rank == 0 else None
+    try:
+        sinks = metric_sinks(out, resume_from, type(model).__name__ if cfg.output.progress
+                             else None) if rank == 0 else []
+        return engine_fit(model, source, fit_config(cfg, plan, total, out, resume_from),
+                          loss_fn=loss, logger=MetricLogger(sinks), dist=dist)
+    except LossNotFinite as e:
+        raise CpuftError(f"cpuft.fit: {e}: lower lr (now {cfg.optimization.lr:g})") from None
+    finally:
+        if out is not None and rank == 0:
+            settle_previous(out, aside)

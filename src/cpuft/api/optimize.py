@@ -18,12 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from cpuft.api.checks import check_model, check_optimizer, validate_arguments
 from cpuft.api.optimizer import Bf16Optimizer, save_masters
 from cpuft.config import SpeedupConfig, TrainConfig
-from cpuft.config.build import validate
 from cpuft.config.sections import Attention, Precision
 from cpuft.engine.step import autocast_for
-from cpuft.errors import CpuftError
 from cpuft.runtime import preview, start
 from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.speedups.bf16_weights import Bf16Weights, Bf16WeightsSpeedUp
@@ -75,20 +74,15 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     (a made-up 64 x 64 batch otherwise). In a job of several ranks, rank 0's measurement sets
     every rank's layout: call ``cpuft.distributed.init()`` before this.
     """
-    if not isinstance(model, nn.Module):
-        raise CpuftError(f"cpuft.optimize: expected a torch.nn.Module, got {type(model).__name__}")
-    if not any(True for _ in model.parameters()):
-        raise CpuftError(f"cpuft.optimize: the model ({type(model).__name__}) has no parameters "
-                         "to train")
-    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise CpuftError("cpuft.optimize: optimizer must be a torch.optim.Optimizer, got "
-                         f"{type(optimizer).__name__}")
+    check_model(model, "cpuft.optimize")
+    if optimizer is not None:
+        check_optimizer(optimizer, model, "cpuft.optimize")
     speedups = SpeedupConfig(precision=precision, bf16_weights=bf16_weights,
                              fast_dropout=fast_dropout, attention=attention,
                              fused_optimizer=fused_optimizer, channels_last=channels_last,
                              pin_cores=pin_cores, compile="off")
     cfg = TrainConfig(speedups=speedups)
-    validate(cfg)
+    validate_arguments(cfg, "cpuft.optimize")
     plan = apply_speedups(model, start(cfg, own_loop=True, join=False).plan, example_input)
     plan, optimizer = _weights_and_optimizer(model, optimizer, plan)
     _PLANS[model] = plan

@@ -17,7 +17,7 @@ from typing import Any
 from cpuft.config.fields import Setting, all_sections, settings
 from cpuft.config.recipes import recipe_spec
 from cpuft.config.sections import SECTIONS, CausalLmConfig, ClassifierConfig, TrainConfig
-from cpuft.errors import CpuftError
+from cpuft.errors import CpuftError, CpuftTypeError
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def _checked(setting: Setting, value: Any) -> Any:
     ok = (isinstance(value, list) and all(isinstance(v, str) for v in value) if kind is list
           else isinstance(value, kind) and (kind is bool) == isinstance(value, bool))
     if not ok:
-        raise CpuftError(f"setting {setting.name}: expected {kind.__name__}, got {value!r}")
+        raise CpuftTypeError(f"setting {setting.name}: expected {kind.__name__}, got {value!r}")
     if setting.choices and value not in setting.choices:
         raise CpuftError(f"setting {setting.name}: {value!r} is not one of "
                          f"{', '.join(setting.choices)}")

@@ -127,7 +127,12 @@ def trained_state(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
 
 def load_model_state(model: nn.Module, state: dict[str, Any]) -> None:
     """Load a checkpoint's model state; only frozen parameters may be missing from it."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # a tensor of another shape: another architecture
+        first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)[:160]
+        raise CpuftError(f"the checkpoint does not fit this model ({first}): resume with the "
+                         "model it was written with") from None
     wrong = sorted(set(missing) - _frozen_names(model)) + sorted(unexpected)
     if wrong:
         raise CpuftError(f"the checkpoint does not fit this model ({', '.join(wrong[:3])}...): "

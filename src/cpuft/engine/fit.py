@@ -40,6 +40,10 @@ class BatchSource(Protocol):
     def iterate(self, epoch: int, start: int = 0) -> Iterator[Batch]: ...
 
 
+class LossNotFinite(CpuftError):
+    """The loss became NaN or infinite; the caller says which of its settings to change."""
+
+
 @dataclass(kw_only=True, slots=True)
 class FitConfig:
     """How ``fit`` trains."""
@@ -247,7 +251,7 @@ class _Loop:
         """Count the step, log it, and every ``log_steps`` write it reduced over the ranks."""
         result, window, dist = self.result, self.window, self.dist
         if not math.isfinite(stats.loss):
-            raise CpuftError(f"loss became {stats.loss} at step {self.step}: lower --lr")
+            raise LossNotFinite(f"loss became {stats.loss} at step {self.step}")
         result.samples += stats.samples
         result.tokens += stats.tokens
         result.comm_wait_seconds += stats.comm_wait

@@ -39,6 +39,8 @@ def _measured_link(path: str) -> Link | None:
         return None
     try:
         return link_from_cluster_check(json.loads(Path(path).read_text()))
+    except CpuftError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CpuftError(f"--cluster-check {path}: not a report of cpuft cluster check --json "
                          f"({type(e).__name__})") from None

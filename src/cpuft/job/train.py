@@ -13,7 +13,8 @@ from typing import Any
 from cpuft.config import TrainConfig, to_flat
 from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import latest_checkpoint
-from cpuft.engine.fit import FitResult, fit
+from cpuft.engine.fit import FitResult, LossNotFinite, fit
+from cpuft.errors import CpuftError
 from cpuft.job.build import Run, build_run
 from cpuft.job.forecast_inputs import forecast_inputs
 from cpuft.job.outdir import (
@@ -87,8 +88,11 @@ def _train(run: Run, out: Path, resume_from: Path | None,
         if dist is not None and not cfg.distributed.grad_sync:
             LOG.info("--no-grad-sync: the ranks send no gradients, so each trains apart on its "
                      "own share; this run measures speed, its model is rank 0's alone")
-    result = fit(run.task.model, run.source, run.fit_config(out, resume_from),
-                 loss_fn=run.task.loss_fn, logger=logger, dist=dist)
+    try:
+        result = fit(run.task.model, run.source, run.fit_config(out, resume_from),
+                     loss_fn=run.task.loss_fn, logger=logger, dist=dist)
+    except LossNotFinite as e:
+        raise CpuftError(f"{e}: lower --lr (now {cfg.optimization.lr:g})") from None
     speeds = _speeds(run, result, dist)
     if not main:
         return {}
