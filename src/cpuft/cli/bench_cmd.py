@@ -70,8 +70,7 @@ def register(sub: Any) -> None:
                         "nosync: 2 nodes that send no gradients, what they reach if "
                         "communication were free")
     add_setting_flags(s, ("grad_accum",), defaults={"grad_accum": (1, "1")})
-    s.add_argument("--bucket-cap-mb", type=float, default=0.0,
-                   help="DDP gradient bucket size on 2 nodes (default: cpuft train's)")
+    add_setting_flags(s, ("bucket_cap_mb",), defaults={"bucket_cap_mb": (0.0, "cpuft train's")})
     p.set_defaults(handler=run)
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cpuft.cli.flags import add_setting_flags, given_flags
+from cpuft.cli.flags import add_setting_flags, finite_float, given_flags
 
 DESCRIPTION = """\
 Forecast a fine-tuning job's wall time, scaling efficiency and cost on each number of nodes,
@@ -31,7 +31,7 @@ def register(sub: Any) -> None:
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-samples", type=int, required=True, help="training samples")
-    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--epochs", type=finite_float, default=1.0)
     p.add_argument("--nodes", default="1,2,4,8,16,32", help="node counts to forecast")
     p.add_argument("--global-batch", type=int, default=0,
                    help="samples a step over all nodes (default: the calibrated batch on every "
@@ -48,13 +48,14 @@ def register(sub: Any) -> None:
                                               "train_file": ["--data"]})
     t = p.add_argument_group("the nodes to rent (one of)")
     t.add_argument("--instance", default="", help="an instance of the price table")
-    t.add_argument("--cores", type=float, default=0.0, help="physical cores a node")
-    t.add_argument("--link-gbit", type=float, default=0.0, help="each node's network, Gbit/s")
+    t.add_argument("--cores", type=finite_float, default=0.0, help="physical cores a node")
+    t.add_argument("--link-gbit", type=finite_float, default=None,
+                   help="each node's network, Gbit/s")
     t.add_argument("--isa", default="", help="the nodes' ISA class: avx2, avx512, avx512_bf16, "
                                              "amx (default: the calibrated node's)")
-    t.add_argument("--price-per-hour", type=float, default=0.0,
+    t.add_argument("--price-per-hour", type=finite_float, default=0.0,
                    help="a node's price an hour, US$ (with --cores)")
-    t.add_argument("--latency-us", type=float, default=0.0,
+    t.add_argument("--latency-us", type=finite_float, default=0.0,
                    help="node-to-node latency (default: measured with --cluster-check, else "
                         "assumed 50 us)")
     t.add_argument("--cluster-check", default="",
@@ -62,7 +63,7 @@ def register(sub: Any) -> None:
                         "bandwidth and latency")
     p.add_argument("--prices", default="", help="a price table to use instead of cpuft's")
     p.add_argument("--deadline", default="", help="e.g. 30m, 2h: the cheapest K that meets it")
-    p.add_argument("--min-gain", type=float, default=0.5,
+    p.add_argument("--min-gain", type=finite_float, default=0.5,
                    help="a node pays while it adds at least this share of one node's speed")
     p.add_argument("--output-dir", default="plan-out", help="where plan.png/json go")
     p.add_argument("--json", action="store_true", help="end with the JSON document")
@@ -79,11 +80,15 @@ def _check(args: argparse.Namespace) -> None:
         raise CpuftError("give --calibration RUN_DIR or --calibrate (one of them)")
     if bool(args.instance) == bool(args.cores):
         raise CpuftError("give --instance NAME or --cores C with --link-gbit G (one of them)")
-    if args.cores < 0 or args.link_gbit < 0 or args.latency_us < 0 or args.price_per_hour < 0:
-        raise CpuftError("--cores, --link-gbit, --latency-us and --price-per-hour must be "
-                         "positive")
-    if args.cores and not args.link_gbit and not args.cluster_check:
+    if args.cores < 0 or args.latency_us < 0 or args.price_per_hour < 0:
+        raise CpuftError("--cores, --latency-us and --price-per-hour must be positive")
+    if args.link_gbit is not None and args.link_gbit <= 0:
+        raise CpuftError(f"--link-gbit must be positive, not {args.link_gbit:g}")
+    if args.cores and args.link_gbit is None and not args.cluster_check:
         raise CpuftError("--cores needs --link-gbit G (or --cluster-check FILE)")
+    if args.prices and not args.instance:
+        raise CpuftError("--prices is read for --instance NAME: give an instance of it, or "
+                         "drop --prices")
     if args.global_batch < 0 or not 0 < args.min_gain <= 1:
         raise CpuftError("--global-batch and --min-gain (at most 1) must be positive")
     check_writable_dir(args.output_dir, "--output-dir")
@@ -122,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     source = _calibrate(args, nodes, out) if args.calibrate else Path(args.calibration)
     cal = read_calibration(source)
     target, notes = target_of(NodeRequest(
-        instance=args.instance, prices=args.prices, cores=args.cores, link_gbit=args.link_gbit,
+        instance=args.instance, prices=args.prices, cores=args.cores,
+        link_gbit=args.link_gbit or 0.0,
         isa=args.isa, price_per_hour=args.price_per_hour, latency_us=args.latency_us,
         cluster_check=args.cluster_check), cal.calibration.isa)
     cal = cal.on_link(target.link)

@@ -7,6 +7,7 @@ Lines that start with # are comments.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def _number(row: dict[str, str], column: str, where: str) -> float:
         value = float(row[column])
     except ValueError:
         raise CpuftError(f"{where}: {column} {row[column]!r} is not a number") from None
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise CpuftError(f"{where}: {column} must be positive, not {row[column]}")
     return value
 
@@ -47,6 +48,8 @@ def load_prices(path: Path = SHIPPED) -> dict[str, Instance]:
                  if line.strip() and not line.startswith("#")]
     except OSError as e:
         raise CpuftError(f"--prices {path}: cannot read it ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise CpuftError(f"--prices {path}: not a text file (a CSV table of prices)") from None
     reader = csv.DictReader(lines)
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
     if missing:

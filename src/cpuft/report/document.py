@@ -83,6 +83,10 @@ def _curves(runs: list[RunRecord], path: Path, x: str, y: str, xlabel: str,
     return True
 
 
+FILES = ("report.md", "loss.png", "throughput.png")
+"""All a report folder holds."""
+
+
 def write_report(runs: list[RunRecord], out: Path, price: float | None) -> list[Path]:
     """report.md, loss.png and throughput.png in ``out``; the paths written."""
     out.mkdir(parents=True, exist_ok=True)

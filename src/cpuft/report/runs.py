@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cpuft.errors import CpuftError
+from cpuft.log import get_logger
+
+LOG = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,17 +44,24 @@ def _quality(summary: dict[str, Any]) -> tuple[str, float] | None:
 
 
 def _steps(path: Path) -> list[dict[str, Any]]:
+    """The records of metrics.jsonl with a step and a finite loss; how many others there were
+    is logged."""
     if not path.is_file():
         return []
-    records = []
-    for line in path.read_text().splitlines():
+    records, skipped = [], 0
+    for line in path.read_text(errors="replace").splitlines():
         try:
             record = json.loads(line)
         except ValueError:
-            continue  # a line a stopped run left half-written
+            record = None  # a line a stopped run left half-written
         if isinstance(record, dict) and isinstance(record.get("step"), int) \
-                and isinstance(record.get("loss"), int | float):
+                and isinstance(record.get("loss"), int | float) and math.isfinite(record["loss"]):
             records.append(record)
+        elif line.strip():
+            skipped += 1
+    if skipped:
+        LOG.warning(f"{path}: {skipped} line(s) left out: half-written, or without a step and a "
+                    "finite loss")
     return records
 
 
@@ -63,6 +74,9 @@ def read_run(folder: Path) -> RunRecord:
             from None
     except ValueError:
         raise CpuftError(f"{summary_path}: not JSON") from None
+    if not isinstance(summary, dict):
+        raise CpuftError(f"{summary_path}: not a summary of cpuft train (a JSON "
+                         f"{type(summary).__name__}, not an object)")
     try:
         inputs = summary.get("forecast_inputs") or {}
         return RunRecord(
