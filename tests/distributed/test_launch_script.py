@@ -103,6 +103,7 @@ def test_a_script_failing_on_one_rank_stops_the_job_and_names_the_rank(tmp_path:
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("cpuft: rank 1") and "every process of the job was stopped" in last
+    assert proc.returncode == 3  # the script's own exit code
 
 
 def test_a_cpuft_error_in_a_script_is_one_line_and_exit_code_2(tmp_path: Path) -> None:

@@ -9,15 +9,23 @@ one-host job, the address that faces the cluster for a multi-host one.
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 from typing import Any
 
 
 def bound_listener(host: str, port: int) -> int:
-    """A socket listening on ``host``:``port`` alone; its file descriptor, for a TCPStore."""
+    """A socket listening on ``host``:``port`` alone; its file descriptor, for a TCPStore. A
+    port taken since the launcher checked it ends the agent with one line."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.create_server((host.strip("[]"), port), family=family, backlog=512)
+    try:
+        listener = socket.create_server((host.strip("[]"), port), family=family, backlog=512)
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        raise SystemExit(f"cpuft agent: port {port} on {host} was taken before the job's store "
+                         "could listen there: pass another --master-port") from None
     return listener.detach()
 
 

@@ -37,6 +37,9 @@ def route_to(master: str, route_text: str, addr_text: str) -> Route | None:
     """
     addrs = parse_addrs(addr_text)
     line = route_text.strip().splitlines()[0] if route_text.strip() else ""
+    if is_ip(master) and ipaddress.ip_address(master.strip("[]")).is_loopback:
+        dev_match = _ROUTE_DEV.search(line)  # a one-machine job: the loopback device
+        return Route(ifname=dev_match.group("dev") if dev_match else "lo", local_addr=master)
     if line.startswith("local") or master in {a for _, a in addrs}:
         for dev, addr in addrs:
             if addr == master:

@@ -73,11 +73,18 @@ def resolve_network(cfg: LaunchConfig, master_given: bool) -> None:
         cfg.host_addr[host.name] = route.local_addr
 
 
+def port_probe(addr: str, port: int) -> str:
+    """Python that binds ``addr``:``port`` as the job's store will (``socket.create_server``:
+    SO_REUSEADDR, so a past job's connections in TIME-WAIT do not make the port look taken)."""
+    family = "socket.AF_INET6" if ":" in addr else "socket.AF_INET"
+    return (f"import socket; socket.create_server(({addr.strip('[]')!r}, {port}), "
+            f"family={family})")
+
+
 def check_port(cfg: LaunchConfig) -> None:
     """The rendezvous port must be free on the first host, on the master address."""
     host = cfg.hosts[0].name
-    code = (f"import socket; s = socket.socket(); "
-            f"s.bind(({cfg.master_addr!r}, {cfg.master_port}))")
+    code = port_probe(cfg.master_addr, cfg.master_port)
     try:
         probe(cfg, host, f"{shlex.quote(cfg.python)} -c {shlex.quote(code)}")
     except CpuftError:
@@ -227,4 +234,7 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
                 default=None)
     where = cause.describe() if cause else f"host {failed[0]} failed (exit code {failed[1]})"
     print(f"cpuft: {where}; every process of the job was stopped", file=sys.stderr)
-    return failed[1] if failed[1] > 0 else 1
+    # The failing rank's own exit code (128 + N for signal N, as a shell says it), not its
+    # agent's, so that whatever started the job can tell failures apart.
+    code = cause.exitcode if cause else failed[1]
+    return code if code > 0 else 128 - code if code < 0 else 1

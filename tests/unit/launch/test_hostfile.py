@@ -33,3 +33,6 @@ def test_route_to_master_from_ip_output():
     own = "local 10.77.0.2 dev lo table local src 10.77.0.2 uid 0 \\    cache <local> \n"
     assert route_to("10.77.0.2", own, addrs) == Route("veth-h2", "10.77.0.2")
     assert route_to("10.9.9.9", "", addrs) is None
+    # a hostfile of 127.0.0.1: every rank on this machine, over loopback
+    loop = "local 127.0.0.1 dev lo src 127.0.0.1 uid 0 \\    cache <local> \n"
+    assert route_to("127.0.0.1", loop, addrs) == Route("lo", "127.0.0.1")
