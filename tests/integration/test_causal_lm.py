@@ -185,3 +185,30 @@ def test_resume_refuses_other_adapters(llama, verdicts, tmp_path, capsys):
     code = train(llama, verdicts, out, "--max-steps", "4", "--resume", "--lora-r", "4")
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--lora-r was 8, now 4" in err
+
+
+def test_a_length_that_leaves_nothing_to_learn_is_refused(llama, verdicts, tmp_path, capsys):
+    out = tmp_path / "short"
+    assert train(llama, verdicts, out, "--max-seq-length", "4", "--max-steps", "2") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cpuft: train: no record keeps a token to learn within "
+                          "--max-seq-length 4: the first counted token comes at token ")
+    assert "raise --max-seq-length" in err and len(err.splitlines()) == 1
+    assert not (out / "metrics.jsonl").exists()
+
+
+def test_records_with_nothing_to_learn_are_left_out_and_counted(llama, tmp_path, capsys):
+    long_prompt = "review: " + " ".join(["the movie was really very"] * 6) + " good verdict:"
+    rows = [*verdict_rows(24, seed=4),
+            *({"prompt": long_prompt, "response": " fresh"} for _ in range(8))]
+    data = (write_jsonl(tmp_path / "train.jsonl", rows),
+            write_jsonl(tmp_path / "test.jsonl", verdict_rows(8, seed=5)))
+    out = tmp_path / "run"
+    assert train(llama, data, out, "--max-seq-length", "24", "--max-steps", "2") == 0
+    said = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    left = summary["records_left_out"]
+    assert left and sum(left.values()) == 8, left
+    assert all(f"{n} of " in said for n in left.values())
+    assert "nothing of them to learn within --max-seq-length 24" in said
+    assert summary["eval"]["loss"] > 0 and summary["final_loss"] == summary["final_loss"]

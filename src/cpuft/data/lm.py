@@ -124,6 +124,24 @@ def encode_lm(data: LmRows, tokenizer: Any, max_length: int) -> Encoded:
     return Encoded(input_ids=ids_out, labels=labels_out)
 
 
+def counted(labels: list[int]) -> int:
+    """How many tokens of a sequence the loss predicts and counts: the first token has no
+    prediction."""
+    return sum(1 for label in labels[1:] if label != IGNORE)
+
+
+def first_counted(labels: list[int]) -> int:
+    """The length a sequence must keep for the loss to count a token of it (0: never)."""
+    return next((i + 1 for i, label in enumerate(labels) if i > 0 and label != IGNORE), 0)
+
+
+def learnable(data: LmRows, encoded: Encoded) -> tuple[LmRows, Encoded]:
+    """The records, and their encoding, that keep a token to learn within their length."""
+    kept = [i for i, labels in enumerate(encoded.labels) if counted(labels)]
+    return (LmRows(data.kind, [data.rows[i] for i in kept]),
+            Encoded([encoded.input_ids[i] for i in kept], [encoded.labels[i] for i in kept]))
+
+
 def _chat(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
     """The rendered chat's ids; labels on the assistant turns' own tokens (their header, which
     the template writes, does not count: it is given, not generated)."""

@@ -18,7 +18,14 @@ from torch import nn
 
 from cpuft.config import CausalLmConfig, TrainConfig
 from cpuft.data.batching import TokenBatches
-from cpuft.data.lm import LmCollator, LmRows, encode_lm, read_lm_file
+from cpuft.data.lm import (
+    LmCollator,
+    LmRows,
+    encode_lm,
+    first_counted,
+    learnable,
+    read_lm_file,
+)
 from cpuft.data.prepare import Encoded
 from cpuft.data.subset import SUBSET_SEED, seeded_subset
 from cpuft.errors import CpuftError
@@ -152,6 +159,7 @@ class CausalLmRecipe:
             cfg = replace(cfg, data=replace(d, max_seq_length=limit))
         encoded = {name: encode_lm(rows, tokenizer, cfg.data.max_seq_length)
                    for name, rows in splits.items()}
+        splits, encoded, left_out = _learnable(splits, encoded, tokenizer, cfg.data.max_seq_length)
         collator = LmCollator(pad_id=tokenizer.pad_token_id)
         choices = _choices(splits, tokenizer, cfg.data.max_seq_length)
         model_name = f"{folder}/{gguf_file}" if gguf_file else folder
@@ -196,6 +204,7 @@ class CausalLmRecipe:
             batches=batches, evaluate=evaluate, save=save, evaluate_before=True,
             describe=lambda: {"model": model_name, "task": task_name,
                               "data_kind": splits["train"].kind,
+                              "records_left_out": left_out,
                               "lora": ({"r": own.lora_r, "alpha": own.lora_alpha,
                                         "dropout": own.lora_dropout,
                                         "targets": own.lora_targets or "all-linear"}
@@ -204,6 +213,30 @@ class CausalLmRecipe:
                               "parameters": sum(p.numel() for p in model.parameters())},
             tokenizer=tokenizer, encoded=encoded, choices=choices, collator=collator,
         )
+
+
+def _learnable(splits: dict[str, LmRows], encoded: dict[str, Encoded], tokenizer: Any,
+               max_length: int) -> tuple[dict[str, LmRows], dict[str, Encoded], dict[str, int]]:
+    """Each split without the records whose every counted token lies past ``max_length`` (a
+    prompt that long leaves nothing to learn or score), and how many were left out; a split
+    left with none is refused."""
+    left_out = {}
+    for name in list(splits):
+        rows, kept = learnable(splits[name], encoded[name])
+        total = len(splits[name].rows)
+        if not rows.rows:
+            needed = [first_counted(labels) for labels in
+                      encode_lm(splits[name], tokenizer, 1 << 30).labels]
+            shortest = min((n for n in needed if n), default=0)
+            raise CpuftError(f"{name}: no record keeps a token to learn within --max-seq-length "
+                             f"{max_length}: the first counted token comes at token {shortest} "
+                             "at the earliest; raise --max-seq-length, or shorten the prompts")
+        if len(rows.rows) < total:
+            left_out[name] = total - len(rows.rows)
+            LOG.info(f"{name}: {left_out[name]} of {total} records left out: nothing of them to "
+                     f"learn within --max-seq-length {max_length}")
+        splits[name], encoded[name] = rows, kept
+    return splits, encoded, left_out
 
 
 def _choices(splits: dict[str, LmRows], tokenizer: Any,

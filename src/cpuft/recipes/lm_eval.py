@@ -13,6 +13,7 @@ from torch.nn import functional as F
 from cpuft.data.lm import IGNORE, LmCollator
 from cpuft.data.prepare import Encoded
 from cpuft.engine.step import autocast_for
+from cpuft.errors import CpuftError
 
 MAX_CHOICES = 20
 """Accuracy is scored where a data set has at most this many distinct responses."""
@@ -43,7 +44,9 @@ def lm_loss(model: nn.Module, data: Encoded, collator: LmCollator, *, batch_size
         count += int((batch["labels"][:, 1:] != IGNORE).sum())
         total += float(_token_losses(model, batch, precision).sum())
     model.train(was_training)
-    loss = total / max(count, 1)
+    if count == 0:
+        raise CpuftError("no token of the data to evaluate counts in the loss")
+    loss = total / count
     return {"loss": loss, "perplexity": math.exp(min(loss, 700.0))}
 
 
