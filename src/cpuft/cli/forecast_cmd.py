@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         cluster_check=args.cluster_check), cal.calibration.isa)
     cal = cal.on_link(target.link)
     if args.hidden_from:
-        cal = cal.hiding_as(read_calibration(Path(args.hidden_from)), target.link)
+        cal = cal.hiding_as(read_calibration(Path(args.hidden_from), "--hidden-from"),
+                          target.link)
     notes += compute_notes(cal, target)
 
     def job_of(k: int) -> Job:

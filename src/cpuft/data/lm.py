@@ -40,7 +40,7 @@ def read_lm_file(path: str | Path) -> LmRows:
     if not p.is_file():
         raise CpuftError(f"{p}: no such file")
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the data
     except (OSError, UnicodeDecodeError) as e:
         raise CpuftError(f"{p}: cannot read it ({e})") from None
     if p.suffix.lower() in (".txt", ".text", ".md"):
@@ -87,7 +87,13 @@ def _row(record: dict[str, Any], p: Path, lineno: int) -> tuple[Kind, Any]:
         if not any(m["role"] == "assistant" for m in messages):
             raise CpuftError(f"{p} line {lineno}: the messages have no assistant turn to learn")
         return "chat", messages
-    if isinstance(record.get("prompt"), str) and isinstance(record.get("response"), str):
+    if "prompt" in record or "response" in record:
+        wrong = [k for k in ("prompt", "response") if not isinstance(record.get(k), str)]
+        if wrong:
+            what = ", ".join(f"{k} is {type(record.get(k)).__name__}" if k in record
+                             else f"no {k}" for k in wrong)
+            raise CpuftError(f"{p} line {lineno}: 'prompt' and 'response' must both be "
+                             f"strings ({what})")
         return "prompt_response", (record["prompt"], record["response"])
     if isinstance(record.get("text"), str):
         return "text", record["text"]

@@ -66,45 +66,45 @@ class Calibrated:
             assumed=[a for a in self.assumed if not a.startswith("hidden communication")])
 
 
-def _inputs(path: Path) -> tuple[dict[str, Any], Path]:
+def _inputs(path: Path, flag: str) -> tuple[dict[str, Any], Path]:
     file = path / "summary.json" if path.is_dir() else path
     try:
         data = json.loads(file.read_text())
     except OSError as e:
-        raise CpuftError(f"--calibration {path}: cannot read {file.name} ({e.strerror})") from None
+        raise CpuftError(f"{flag} {path}: cannot read {file.name} ({e.strerror})") from None
     except ValueError:
-        raise CpuftError(f"--calibration {file}: not JSON") from None
+        raise CpuftError(f"{flag} {file}: not JSON") from None
     inputs = data.get("forecast_inputs") if isinstance(data, dict) else None
     if not isinstance(inputs, dict):
-        raise CpuftError(f"--calibration {file}: no forecast_inputs in it (a summary.json of "
+        raise CpuftError(f"{flag} {file}: no forecast_inputs in it (a summary.json of "
                          "cpuft train, or the file cpuft plan --calibrate writes)")
     return inputs, file
 
 
-def _number(inputs: dict[str, Any], key: str, file: Path) -> float:
+def _number(inputs: dict[str, Any], key: str, file: Path, flag: str) -> float:
     value = inputs.get(key)
     if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-        raise CpuftError(f"--calibration {file}: forecast_inputs.{key} is missing or not a "
+        raise CpuftError(f"{flag} {file}: forecast_inputs.{key} is missing or not a "
                          "number of at least 0")
     return float(value)
 
 
-def read_calibration(path: Path) -> Calibrated:
+def read_calibration(path: Path, flag: str = "--calibration") -> Calibrated:
     """The calibration in ``path``, with the hidden share of communication assumed (see
     ``Calibrated.on_link``)."""
-    inputs, file = _inputs(path)
-    step = _number(inputs, "seconds_per_step", file)
-    samples = _number(inputs, "samples_per_step", file)
+    inputs, file = _inputs(path, flag)
+    step = _number(inputs, "seconds_per_step", file, flag)
+    samples = _number(inputs, "samples_per_step", file, flag)
     if step <= 0 or samples <= 0:
-        raise CpuftError(f"--calibration {file}: a step of no time or no samples")
+        raise CpuftError(f"{flag} {file}: a step of no time or no samples")
     isa = str(inputs.get("isa", ""))
     if isa not in ISA_SPEED:
-        raise CpuftError(f"--calibration {file}: forecast_inputs.isa {isa!r} is not one of "
+        raise CpuftError(f"{flag} {file}: forecast_inputs.isa {isa!r} is not one of "
                          f"{', '.join(ISA_SPEED)}")
-    nodes = int(_number(inputs, "nodes", file) or 1)
-    comm_wait = _number(inputs, "comm_wait_fraction", file) * step
+    nodes = int(_number(inputs, "nodes", file, flag) or 1)
+    comm_wait = _number(inputs, "comm_wait_fraction", file, flag) * step
     compute = step - comm_wait
-    cores = _number(inputs, "physical_cores", file)
+    cores = _number(inputs, "physical_cores", file, flag)
     where = f"{file} ({nodes} node{'s' if nodes > 1 else ''}, {cores:g} cores, {isa})"
     tokens = float(inputs.get("tokens_per_sample", 0.0) or 0.0)
     held = f" ({tokens:.1f} tokens a sample)" if tokens else ""
@@ -114,12 +114,12 @@ def read_calibration(path: Path) -> Calibrated:
     steps = [(samples, compute)]
     timed = inputs.get("step_seconds_by_batch") or {}
     if not isinstance(timed, dict):
-        raise CpuftError(f"--calibration {file}: step_seconds_by_batch is not a table")
+        raise CpuftError(f"{flag} {file}: step_seconds_by_batch is not a table")
     for size, seconds in timed.items():
         try:
             point = (float(size), float(seconds))
         except (TypeError, ValueError):
-            raise CpuftError(f"--calibration {file}: step_seconds_by_batch has {size!r}: "
+            raise CpuftError(f"{flag} {file}: step_seconds_by_batch has {size!r}: "
                              f"{seconds!r}") from None
         if point[0] > 0 and point[0] != samples:
             steps.append(point)
@@ -133,7 +133,7 @@ def read_calibration(path: Path) -> Calibrated:
                        "--calibrate times several)")
     cal = Calibration(
         steps=tuple(sorted(steps)), cores=cores, isa=isa,
-        dense_gradient_bytes=_number(inputs, "dense_gradient_bytes", file),
+        dense_gradient_bytes=_number(inputs, "dense_gradient_bytes", file, flag),
         sparse_gradient_bytes=float(inputs.get("sparse_gradient_bytes", 0.0) or 0.0),
         hidden_share=HIDDEN_SHARE,
         tokens_per_sample=tokens)

@@ -34,6 +34,18 @@ def estimate(*, params: int, trainable: int, layers: int, hidden: int, vocab: in
     }
 
 
+def _unreadable_gguf(path: str) -> str:
+    """Why the GGUF file at ``path`` does not parse, or '' where it does."""
+    try:
+        from gguf import GGUFReader
+
+        GGUFReader(path)
+    except Exception as e:  # any failure to parse is the answer sought
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" if str(e) else \
+            type(e).__name__
+    return ""
+
+
 def check_memory(folder: str, gguf_file: str | None, cfg: TrainConfig,
                  available: int | None = None) -> dict[str, int]:
     """Print the estimate; refuse, with it, a run that would not fit in this node's memory."""
@@ -47,6 +59,10 @@ def check_memory(folder: str, gguf_file: str | None, cfg: TrainConfig,
             skeleton = AutoModelForCausalLM.from_config(config)
     except (ValueError, OSError) as e:
         where = f"{folder}/{gguf_file}" if gguf_file else folder
+        damaged = _unreadable_gguf(f"{folder}/{gguf_file}") if gguf_file else ""
+        if damaged:
+            raise CpuftError(f"--model {where}: the GGUF file does not read, truncated or "
+                             f"damaged ({damaged})") from None
         raise CpuftError(f"--model {where}: not a causal language model "
                          f"({str(e).splitlines()[0][:160]})") from None
     params = sum(p.numel() for p in skeleton.parameters())

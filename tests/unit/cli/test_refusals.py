@@ -41,6 +41,8 @@ def _summary(folder: Path, summary: object) -> Path:
     (["--instance", "c7i.8xlarge", "--prices", "{nan_prices}"],
      "on_demand_usd_per_hour must be positive, not nan"),
     (["--instance", "c7i.8xlarge", "--prices", "{binary}"], "not a text file"),
+    (["--cores", "2", "--link-gbit", "1", "--hidden-from", "{missing}"],
+     "--hidden-from {missing}: cannot read"),
 ])
 def test_plan_refuses_numbers_and_tables_that_cannot_work(tmp_path, capsys, argv, phrase):
     (tmp_path / "nan.csv").write_text(
@@ -50,6 +52,7 @@ def test_plan_refuses_numbers_and_tables_that_cannot_work(tmp_path, capsys, argv
     files = {"{missing}": str(tmp_path / "missing.csv"), "{nan_prices}": str(tmp_path / "nan.csv"),
              "{binary}": str(tmp_path / "binary.csv")}
     argv = [files.get(a, a) for a in argv]
+    phrase = phrase.replace("{missing}", files["{missing}"])
     code = run([*PLAN, "--calibration", str(calibration_file(tmp_path / "run")),
                  "--output-dir", str(tmp_path / "out"), *argv])
     err = capsys.readouterr().err.strip()

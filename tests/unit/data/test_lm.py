@@ -79,3 +79,16 @@ def test_padding_never_counts(tokenizer):
 def test_bad_records_are_named_by_line(tmp_path, records, message):
     with pytest.raises(CpuftError, match=message):
         read_lm_file(write_jsonl(tmp_path / "bad.jsonl", records))
+
+
+def test_a_byte_order_mark_is_not_data_and_wrong_types_are_named(tmp_path):
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b'\xef\xbb\xbf{"prompt": "review: good", "response": " fresh"}\n')
+    assert read_lm_file(bom) == LmRows("prompt_response", [("review: good", " fresh")])
+    numbers = write_jsonl(tmp_path / "numbers.jsonl", [{"prompt": 3, "response": " fresh"}])
+    with pytest.raises(CpuftError, match=r"line 1: 'prompt' and 'response' must both be "
+                                         r"strings \(prompt is int\)"):
+        read_lm_file(numbers)
+    alone = write_jsonl(tmp_path / "alone.jsonl", [{"prompt": "review: good"}])
+    with pytest.raises(CpuftError, match=r"must both be strings \(no response\)"):
+        read_lm_file(alone)

@@ -5,7 +5,7 @@ import pytest
 from cpuft.config import config_from
 from cpuft.errors import CpuftError
 from cpuft.recipes.memory import check_memory, estimate
-from tests.helpers import make_tiny_llama
+from tests.helpers import make_tiny_llama, write_tiny_gguf
 
 
 def test_estimate_by_hand():
@@ -26,3 +26,12 @@ def test_lora_trains_far_fewer_weights_and_a_run_too_big_is_refused(tmp_path, sa
     assert said[0].startswith("memory estimate: ")
     with pytest.raises(CpuftError, match=r"this run needs about .* GiB .* this node has 0.0 GiB"):
         check_memory(str(model), None, config_from({}), available=1000)
+
+
+def test_a_truncated_gguf_file_is_named_damaged(tmp_path):
+    whole = write_tiny_gguf(tmp_path / "whole.gguf")
+    data = whole.read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 3])
+    with pytest.raises(CpuftError, match=r"cut\.gguf: the GGUF file does not read, truncated "
+                                         r"or damaged"):
+        check_memory(str(tmp_path), "cut.gguf", config_from({}))
