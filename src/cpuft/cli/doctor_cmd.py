@@ -36,6 +36,10 @@ def print_report(rep: dict[str, Any]) -> None:
         ("ISA", " ".join(topo["isa"]) or "none of interest"),
         ("sockets / NUMA nodes", f"{topo['sockets']} / {topo['numa_nodes']}"),
         ("physical cores / logical CPUs", f"{topo['physical_cores']} / {topo['logical_cpus']}"),
+        ("affinity mask", f"{topo['affinity_cores']} physical core(s)"),
+        ("cgroup CPU quota", "none" if topo["cpu_quota"] is None
+         else f"{topo['cpu_quota']:g} CPUs"),
+        ("cores used", topo["cpu_bound"]),
         ("memory", f"{node['memory_gib']:.1f} GiB"),
         ("transparent huge pages", node["transparent_hugepages"]),
         ("python", node["python"]),

@@ -44,6 +44,8 @@ class NodeFacts:
             "cpu": t.model_name, "sockets": t.sockets, "numa_nodes": t.numa_nodes,
             "physical_cores": t.physical_cores, "threads_per_core": t.threads_per_core,
             "logical_cpus": len(t.cpus), "isa": t.isa.names(),
+            "affinity_cores": t.cores_allowed or t.physical_cores, "cpu_quota": t.cpu_quota,
+            "cpu_bound": t.cpu_bound,
         }
         return out
 

@@ -34,9 +34,11 @@ def place_process(plan: SpeedPlan, pin_cores: bool) -> SpeedPlan:
     threads, which join the process group there.
     """
     cores, threads, comm_cores = plan.cores, plan.threads, plan.comm_cores
+    threads_reason = plan.threads_reason
     rank_cores, rank_comm_cores = launched_cores(os.environ)
     if rank_cores:
         cores, threads = rank_cores, len(rank_cores)
+        threads_reason = "one a core of this rank's share of the node (cpuft launch)"
     if pin_cores and cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
         comm_cores = rank_comm_cores or comm_cores
@@ -50,8 +52,9 @@ def place_process(plan: SpeedPlan, pin_cores: bool) -> SpeedPlan:
             "it is preloaded only when cpuft starts the process (LD_PRELOAD)"
         )
         allocator = actual
-    return plan.replaced(cores=cores, threads=threads, comm_cores=comm_cores, allocator=allocator,
-                    allocator_reason=allocator_reason)
+    return plan.replaced(cores=cores, threads=threads, threads_reason=threads_reason,
+                         comm_cores=comm_cores, allocator=allocator,
+                         allocator_reason=allocator_reason)
 
 
 def versions() -> dict[str, str]:

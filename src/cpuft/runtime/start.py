@@ -38,7 +38,8 @@ class Runtime:
         decisions, on this process's cores, threads and allocator."""
         p = self.plan
         own = make_plan(cfg, self.topology).replaced(
-            cores=p.cores, threads=p.threads, comm_cores=p.comm_cores, allocator=p.allocator,
+            cores=p.cores, threads=p.threads, threads_reason=p.threads_reason,
+            comm_cores=p.comm_cores, allocator=p.allocator,
             allocator_reason=p.allocator_reason, speedups=decide(cfg, self.topology))
         return settle_precision(own, cfg.speedups.precision)
 

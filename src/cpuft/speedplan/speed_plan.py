@@ -47,6 +47,8 @@ class SpeedPlan:
     precision_reason: str
     threads: int
     """Intra-op threads per process (physical cores, unless overridden)."""
+    threads_reason: str = ""
+    """What bound them: the affinity mask, the cgroup's CPU quota, a launched rank's share."""
     cores: list[int] = field(default_factory=list)
     """Logical CPUs the process pins itself to; empty means no pinning."""
     comm_cores: list[int] = field(default_factory=list)
@@ -117,6 +119,7 @@ def make_plan(cfg: TrainConfig, topo: Topology) -> SpeedPlan:
         precision=precision,
         precision_reason=precision_reason,
         threads=threads,
+        threads_reason="requested" if s.threads else f"one a core: {topo.cpu_bound}",
         cores=cores if s.pin_cores else [],
         allocator=allocator,
         allocator_path=allocator_path,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from cpuft.errors import CpuftError
 
@@ -61,6 +61,10 @@ class Topology:
     cpus: tuple[LogicalCpu, ...]
     isa: Isa
     model_name: str = "unknown"
+    cpu_quota: float | None = None
+    """CPUs' worth of time the process's cgroup allows (None: no quota)."""
+    cores_allowed: int = 0
+    """Physical cores the affinity mask allowed, where the quota left fewer (0 otherwise)."""
 
     @property
     def sockets(self) -> int:
@@ -77,6 +81,27 @@ class Topology:
     @property
     def threads_per_core(self) -> int:
         return max(1, len(self.cpus) // max(1, self.physical_cores))
+
+    def within_quota(self, quota: float | None) -> Topology:
+        """These CPUs as far as a CPU quota lets a process use them: the whole cores of the
+        first ``floor(quota)`` physical cores (at least one), and the quota recorded."""
+        cores = self.physical_cores
+        if quota is None or int(quota) >= cores:
+            return replace(self, cpu_quota=quota)
+        kept = set(self.first_thread_per_core()[: max(1, int(quota))])
+        keys = {(c.socket, c.core) for c in self.cpus if c.cpu in kept}
+        return replace(self, cpus=tuple(c for c in self.cpus if (c.socket, c.core) in keys),
+                       cpu_quota=quota, cores_allowed=cores)
+
+    @property
+    def cpu_bound(self) -> str:
+        """What bounds the cores a process of this machine uses, in words."""
+        if self.cores_allowed:
+            return (f"the cgroup's CPU quota of {self.cpu_quota:g} CPUs, below the "
+                    f"{self.cores_allowed} cores the affinity mask allows")
+        quota = f" (the cgroup's quota of {self.cpu_quota:g} CPUs covers them)" \
+            if self.cpu_quota is not None else ""
+        return f"the {self.physical_cores} physical core(s) the affinity mask allows{quota}"
 
     def first_thread_per_core(self, node: int | None = None) -> list[int]:
         """One logical CPU per physical core (the lowest-numbered sibling), optionally on a node."""

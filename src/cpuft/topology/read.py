@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from cpuft.topology.cpu import Isa, LogicalCpu, Topology, parse_cpuinfo
+from cpuft.topology.quota import cpu_quota
 
 
 def _read_int(path: Path, default: int) -> int:
@@ -34,9 +35,11 @@ def cpus_from_sysfs(root: Path, online: list[int]) -> list[LogicalCpu]:
 
 
 def read_topology(
-    cpuinfo_path: str = "/proc/cpuinfo", sysfs_root: str = "/sys", only_allowed: bool = True
+    cpuinfo_path: str = "/proc/cpuinfo", sysfs_root: str = "/sys", only_allowed: bool = True,
+    cgroup_root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup",
 ) -> Topology:
-    """This machine's topology: the CPUs this process may run on, unless ``only_allowed`` is off."""
+    """This machine's topology: the CPUs this process may run on, as its affinity mask and its
+    cgroup's CPU quota allow, unless ``only_allowed`` is off."""
     if only_allowed and hasattr(os, "sched_getaffinity"):
         online = sorted(os.sched_getaffinity(0))
     else:
@@ -46,4 +49,11 @@ def read_topology(
     except OSError:
         model_name, flags = "unknown", frozenset()
     cpus = cpus_from_sysfs(Path(sysfs_root), online)
-    return Topology(cpus=tuple(cpus), isa=Isa.from_flags(flags), model_name=model_name)
+    topo = Topology(cpus=tuple(cpus), isa=Isa.from_flags(flags), model_name=model_name)
+    if not only_allowed:
+        return topo
+    try:
+        membership = Path(proc_cgroup).read_text()
+    except OSError:
+        return topo
+    return topo.within_quota(cpu_quota(membership, Path(cgroup_root)))

@@ -93,3 +93,13 @@ def test_a_node_without_a_c_compiler_is_told_what_it_loses():
     assert by_check(report(facts("cpuinfo_spr_amx.txt")))["compiler"]["status"] == "ok"
     found = by_check(report(facts("cpuinfo_spr_amx.txt", c_compiler="")))["compiler"]
     assert found["status"] == "warn" and "gcc" in found["fix"]
+
+
+def test_the_node_shows_the_affinity_mask_and_the_cpu_quota():
+    node = facts("cpuinfo_spr_amx.txt")
+    limited = facts("cpuinfo_spr_amx.txt", topology=node.topology.within_quota(2.0)).to_dict()
+    t = limited["topology"]
+    assert (t["affinity_cores"], t["cpu_quota"], t["physical_cores"]) == (8, 2.0, 2)
+    assert t["cpu_bound"].startswith("the cgroup's CPU quota of 2 CPUs")
+    free = node.to_dict()["topology"]
+    assert (free["affinity_cores"], free["cpu_quota"]) == (8, None)
