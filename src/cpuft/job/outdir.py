@@ -15,7 +15,7 @@ from cpuft.config.fields import settings
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.errors import CpuftError
 from cpuft.log import get_logger
-from cpuft.metrics import JsonlSink, MetricSink, ProgressSink
+from cpuft.metrics import JsonlSink, MetricSink, progress_sink
 from cpuft.paths import check_writable_dir
 
 LOG = get_logger(__name__)
@@ -153,5 +153,5 @@ def metric_sinks(out: Path | None, resume_from: Path | None,
             trim_metrics(out / "metrics.jsonl", int(resume_from.name.split("-")[-1]))
         sinks.append(JsonlSink(out / "metrics.jsonl", append=resume_from is not None))
     if progress_name is not None:
-        sinks.append(ProgressSink(progress_name))
+        sinks.append(progress_sink(progress_name))
     return sinks

@@ -1,5 +1,13 @@
-"""Run metrics: a do-nothing logger with sinks (metrics.jsonl, a progress bar)."""
+"""Run metrics: a do-nothing logger with sinks (metrics.jsonl, a progress bar or lines)."""
 
-from cpuft.metrics.logger import JsonlSink, MetricLogger, MetricSink, ProgressSink
+from cpuft.metrics.logger import (
+    JsonlSink,
+    LineProgressSink,
+    MetricLogger,
+    MetricSink,
+    ProgressSink,
+    progress_sink,
+)
 
-__all__ = ["JsonlSink", "MetricLogger", "MetricSink", "ProgressSink"]
+__all__ = ["JsonlSink", "LineProgressSink", "MetricLogger", "MetricSink", "ProgressSink",
+           "progress_sink"]

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+
+from cpuft.log import get_logger
+
+LOG = get_logger(__name__)
 
 
 class MetricSink:
@@ -77,6 +84,44 @@ class ProgressSink(MetricSink):
 
     def close(self) -> None:
         self._progress.stop()
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+class LineProgressSink(MetricSink):
+    """Progress as a plain line at most every ``every_s`` seconds, and at the last step: for a
+    log file (Slurm, Kubernetes, nohup), where a progress bar draws nothing."""
+
+    def __init__(self, description: str = "train", every_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._description, self._every_s, self._clock = description, every_s, clock
+        self._total = self._first = 0
+        self._started = self._last = 0.0
+
+    def start(self, total_steps: int, first_step: int = 0) -> None:
+        self._total, self._first = total_steps, first_step
+        self._started = self._last = self._clock()
+
+    def step(self, record: dict[str, Any]) -> None:
+        now, step = self._clock(), int(record["step"])
+        if now - self._last < self._every_s and step < self._total:
+            return
+        self._last = now
+        elapsed, done = now - self._started, step - self._first
+        left = elapsed / done * (self._total - step) if done > 0 else 0.0
+        LOG.info(f"{self._description}: step {step}/{self._total} "
+                 f"({step / max(self._total, 1):.0%}), loss {record['loss']:.4f}, "
+                 f"{record['samples_per_second']:.1f} samples/s, {_clock(elapsed)} elapsed, "
+                 f"{_clock(left)} left")
+
+
+def progress_sink(description: str) -> MetricSink:
+    """A progress bar on a terminal; plain lines every so often anywhere else."""
+    return ProgressSink(description) if sys.stdout.isatty() else LineProgressSink(description)
 
 
 class MetricLogger:
