@@ -9,7 +9,8 @@ from cpuft.launch.request import LaunchRequest
 LAUNCH_FLAGS = {  # flag -> takes a value
     "--nproc-per-node": True, "--hostfile": True, "--launcher": True, "--master-addr": True,
     "--master-port": True, "--max-restarts": True, "--remote-shell": True, "--mpi": True,
-    "--comm-cores": True,
+    "--comm-cores": True, "--nnodes": True, "--node-rank": True, "--rdzv-endpoint": True,
+    "--rdzv-id": True,
 }
 
 
@@ -30,10 +31,19 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mpi", choices=("openmpi", "intelmpi"), default="openmpi")
     g.add_argument("--comm-cores", type=int, default=0,
                    help="cores per rank taken from compute for gloo's communication threads")
+    n = parser.add_argument_group(
+        "one launcher a node (as Slurm's srun or a Kubernetes pod starts it), torchrun's names")
+    n.add_argument("--nnodes", type=int, default=None, help="the job's nodes")
+    n.add_argument("--node-rank", type=int, default=None,
+                   help="this node's rank, 0 to NNODES-1 (node 0 serves the rendezvous)")
+    n.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                   help="node 0's address and the rendezvous port")
+    n.add_argument("--rdzv-id", default=None, help="the job's name, the same on every node")
 
 
 def wants_launch(args: argparse.Namespace) -> bool:
-    return bool(args.nproc_per_node or args.hostfile or args.launcher)
+    return bool(args.nproc_per_node or args.hostfile or args.launcher
+                or args.nnodes is not None)
 
 
 def strip_launch_flags(argv: list[str]) -> list[str]:
@@ -60,5 +70,6 @@ def launch_request(args: argparse.Namespace, train_args: list[str], allocator: s
         master_addr=args.master_addr, master_port=args.master_port,
         max_restarts=args.max_restarts, remote_shell=args.remote_shell, mpi=args.mpi,
         comm_cores=args.comm_cores, allocator=allocator, train_args=train_args,
-        program=program,
+        program=program, nnodes=args.nnodes, node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
     )

@@ -28,7 +28,8 @@ class LaunchConfig:
     hosts: list[Host]
     nproc_per_node: int
     launcher: str = "local"
-    """'local' (torchrun here), 'ssh' (torchrun on each host through --remote-shell), 'mpirun'."""
+    """'local' (torchrun here), 'ssh' (torchrun on each host through --remote-shell), 'mpirun',
+    or 'node' (this node's torchrun in a job of --nnodes, as a scheduler starts it)."""
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     max_restarts: int = 0
@@ -47,19 +48,25 @@ class LaunchConfig:
     host_addr: dict[str, str] = field(default_factory=dict)
     """Each host's address on the cluster network (torchrun's --local-addr)."""
     run_as_root: bool = False
+    nnodes: int = 0
+    """Per-node mode (a scheduler starts one launcher a node): the job's nodes; 0 otherwise."""
+    node_rank: int = 0
+    """Per-node mode: this node's rank (0 serves the rendezvous store)."""
 
     @property
     def world_size(self) -> int:
-        return len(self.hosts) * self.nproc_per_node
+        return (self.nnodes or len(self.hosts)) * self.nproc_per_node
 
 
 def torchrun_args(cfg: LaunchConfig, node_rank: int) -> list[str]:
     """The torchrun command of one node's agent (``python -m cpuft.distributed.agent``: torchrun
     with its rendezvous store bound to the rendezvous address)."""
-    host = cfg.hosts[node_rank]
+    host = cfg.hosts[0 if cfg.nnodes else node_rank]
+    if cfg.nnodes:
+        node_rank = cfg.node_rank
     args = [
         cfg.python, "-m", "cpuft.distributed.agent",
-        f"--nnodes={len(cfg.hosts)}",
+        f"--nnodes={cfg.nnodes or len(cfg.hosts)}",
         f"--nproc-per-node={cfg.nproc_per_node}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={cfg.master_addr}:{cfg.master_port}",

@@ -3,7 +3,9 @@ ranks, placement, allocator and network. The command line only parses into a req
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import socket
 import sys
 import uuid
@@ -17,6 +19,9 @@ from cpuft.launch.run import check_port, resolve_network
 from cpuft.speedplan.allocator import allocator_env, choose_allocator
 from cpuft.topology import read_topology
 from cpuft.topology.placement import auto_nproc, node_env, plan_node
+
+LOCAL_SHELL = "sh -c {command}"
+"""How the per-node mode runs its network probes: here, on this node."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -41,6 +46,13 @@ class LaunchRequest:
     """The arguments after ``program``."""
     program: tuple[str, ...] = ("-m", "cpuft", "train")
     """What each rank runs after the interpreter (cpuft.launch.program)."""
+    nnodes: int | None = None
+    """Per-node mode: the job's nodes, this launcher starting this node's ranks alone."""
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    """Per-node mode: HOST:PORT of node 0, where the rendezvous store listens."""
+    rdzv_id: str | None = None
+    """Per-node mode: the job's name, the same on every node (default: cpuft)."""
 
 
 def _port_free(port: int) -> bool:
@@ -63,13 +75,43 @@ def _nproc(req: LaunchRequest, hosts: list[Host]) -> int:
         raise CpuftError("--nproc-per-node takes a number or 'auto'") from None
 
 
+def _endpoint(req: LaunchRequest) -> tuple[str, int]:
+    """Per-node mode's checks; node 0's address (resolved) and port."""
+    if req.hostfile or req.launcher or req.master_addr:
+        raise CpuftError("--nnodes starts this node's ranks alone: it takes no --hostfile, "
+                         "--launcher or --master-addr (node 0 is --rdzv-endpoint)")
+    if req.node_rank is None or not req.rdzv_endpoint:
+        raise CpuftError("--nnodes needs --node-rank R and --rdzv-endpoint HOST:PORT")
+    if req.nnodes is None or req.nnodes < 1 or not 0 <= req.node_rank < req.nnodes:
+        raise CpuftError(f"--node-rank {req.node_rank} is not a node of --nnodes {req.nnodes}")
+    host, sep, port = req.rdzv_endpoint.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise CpuftError(f"--rdzv-endpoint {req.rdzv_endpoint!r}: give HOST:PORT")
+    check_host(host, "--rdzv-endpoint")
+    try:
+        addr = socket.gethostbyname(host.strip("[]"))
+    except OSError:
+        raise CpuftError(f"--rdzv-endpoint {host}: the name does not resolve here") from None
+    if req.nnodes > 1 and ipaddress.ip_address(addr).is_loopback:
+        raise CpuftError(f"--rdzv-endpoint {host} is a loopback address ({addr}): the other "
+                         f"{req.nnodes - 1} node(s) cannot reach it; give node 0's address")
+    if req.rdzv_id is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", req.rdzv_id):
+        raise CpuftError(f"--rdzv-id {req.rdzv_id!r}: letters, digits, '.', '_' and '-' only")
+    return addr, int(port)
+
+
 def build_launch(req: LaunchRequest, check_network: bool = True) -> LaunchConfig:
     """The LaunchConfig for ``req``. ``check_network=False`` leaves the network (master address,
     interfaces, port) unresolved."""
-    hosts = read_hostfile(req.hostfile) if req.hostfile else [Host("localhost")]
+    per_node = req.nnodes is not None
+    if not per_node and (req.node_rank is not None or req.rdzv_endpoint or req.rdzv_id):
+        raise CpuftError("--node-rank, --rdzv-endpoint and --rdzv-id go with --nnodes")
+    endpoint = _endpoint(req) if per_node else None
+    hosts = ([Host(socket.gethostname())] if per_node else
+             read_hostfile(req.hostfile) if req.hostfile else [Host("localhost")])
     if req.master_addr is not None:
         check_host(req.master_addr, "--master-addr")
-    launcher = req.launcher or ("ssh" if req.hostfile else "local")
+    launcher = "node" if per_node else req.launcher or ("ssh" if req.hostfile else "local")
     nproc = _nproc(req, hosts)
     for h in hosts:
         if h.slots is not None and nproc > h.slots:
@@ -89,12 +131,14 @@ def build_launch(req: LaunchRequest, check_network: bool = True) -> LaunchConfig
     env.update(allocator_env(allocator, path, env))
     cfg = LaunchConfig(
         hosts=hosts, nproc_per_node=nproc, launcher=launcher,
-        master_addr=req.master_addr or "127.0.0.1", master_port=req.master_port,
+        master_addr=endpoint[0] if endpoint else req.master_addr or "127.0.0.1",
+        master_port=endpoint[1] if endpoint else req.master_port,
         max_restarts=req.max_restarts,
         remote_shell=req.remote_shell or DEFAULT_REMOTE_SHELL, mpi=req.mpi,
         workdir=os.getcwd(), python=sys.executable, module_args=list(req.program),
         train_args=list(req.train_args), env=env,
-        run_as_root=os.geteuid() == 0, rdzv_id=job,
+        run_as_root=os.geteuid() == 0, rdzv_id=(req.rdzv_id or "cpuft") if per_node else job,
+        nnodes=req.nnodes or 0, node_rank=req.node_rank or 0,
     )
     if not check_network:
         return cfg
@@ -105,4 +149,13 @@ def build_launch(req: LaunchRequest, check_network: bool = True) -> LaunchConfig
     elif launcher == "ssh":
         resolve_network(cfg, master_given=bool(req.master_addr))
         check_port(cfg)
+    elif launcher == "node":
+        # This node's side of the network, found as the ssh launcher finds each host's.
+        cfg.remote_shell = LOCAL_SHELL
+        if cfg.nnodes > 1:
+            resolve_network(cfg, master_given=True)
+        else:
+            cfg.host_env[hosts[0].name] = {"CPUFT_HOST": hosts[0].name}
+        if cfg.node_rank == 0:
+            check_port(cfg)
     return cfg

@@ -167,7 +167,7 @@ def _signal_all(procs: list[_Proc], sig: int) -> None:
 def _commands(cfg: LaunchConfig, base_env: dict[str, str]
               ) -> list[tuple[str, list[str], dict[str, str], str | None]]:
     """(host, argv, environment, standard input) of each process to start here."""
-    if cfg.launcher == "local":
+    if cfg.launcher in ("local", "node"):
         argv, env = local_command(cfg)
         return [(cfg.hosts[0].name, argv, {**base_env, **env}, None)]
     if cfg.launcher in ("ssh", "direct"):
