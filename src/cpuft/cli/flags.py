@@ -46,7 +46,7 @@ def _flag(group: Any, s: Setting, aliases: Sequence[str] = (),
     elif s.choices:
         kwargs["choices"] = s.choices
     else:
-        kwargs["type"] = finite_float if s.kind is float else s.kind
+        kwargs["type"] = s.kind  # non-finite numbers: config_from refuses them, one line
         kwargs["metavar"] = s.name.upper()
     group.add_argument("--" + s.name.replace("_", "-"), *aliases, **kwargs)
 
