@@ -16,9 +16,8 @@ import os
 import runpy
 import sys
 
-from cpuft.distributed.env import rank_info
+from cpuft.distributed.env import launched_cores, rank_info
 from cpuft.errors import CpuftError
-from cpuft.topology.placement import RANK_CORES_ENV, cores_for_local_rank
 
 LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 
@@ -33,9 +32,8 @@ def prepare_rank(environ: dict[str, str] | os._Environ[str]) -> list[int]:
         local = next((environ[v] for v in LOCAL_SIZE_VARS if v in environ), None)
         if local is not None:
             environ.setdefault("LOCAL_WORLD_SIZE", local)
-    cores: list[int] = []
-    if environ.get(RANK_CORES_ENV) and hasattr(os, "sched_setaffinity"):
-        cores = cores_for_local_rank(environ[RANK_CORES_ENV], info.local_rank)
+    cores = launched_cores(environ)[0] if hasattr(os, "sched_setaffinity") else []
+    if cores:
         os.sched_setaffinity(0, cores)
     return cores
 
