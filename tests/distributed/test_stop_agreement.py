@@ -33,9 +33,18 @@ ctx = init_distributed("gloo", timeout_s=60)
 calls = []
 def loss_fn(model, batch):
     calls.append(1)
-    if ctx.info.rank == 1 and len(calls) == 3:  # rank 1 alone is told to stop, in step 3
-        os.kill(os.getpid(), signal.SIGTERM)
+    if ctx.info.rank == 1 and len(calls) == 3 and not os.environ.get("LATE"):
+        os.kill(os.getpid(), signal.SIGTERM)  # rank 1 alone is told to stop, in step 3
     return model(batch["x"]).pow(2).mean()
+
+if os.environ.get("LATE"):  # rank 1's signal lands just after step 3's vote on stopping
+    vote = type(ctx).all_reduce_max
+    def late(self, values):
+        out = vote(self, values)
+        if ctx.info.rank == 1 and len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+    type(ctx).all_reduce_max = late
 
 torch.manual_seed(0)
 out = Path(os.environ["OUT"])
@@ -69,6 +78,16 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step(tmp_path, where):
     assert got[0]["stopped"].startswith("stopped at step 3; checkpoint at step 3 in ")
     assert got[1]["stopped"] == "stopped at step 3: rerun with --resume"
     assert (tmp_path / "out" / "checkpoint-3" / "state.pt").is_file()
+
+
+@pytest.mark.multiprocess
+def test_a_signal_after_the_vote_stops_every_rank_at_the_next_step(tmp_path):
+    lines = run_two_ranks(SCRIPT, tmp_path, lambda rank: {"OUT": str(tmp_path / "out"),
+                                                          "LATE": "1"})
+    got = sorted((json.loads(line) for line in lines), key=lambda r: r["rank"])
+    assert [r["steps"] for r in got] == [4, 4]
+    assert got[1]["stopped"] == "stopped at step 4: rerun with --resume"
+    assert (tmp_path / "out" / "checkpoint-4" / "state.pt").is_file()
 
 
 class Batches:

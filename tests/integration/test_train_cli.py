@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -112,6 +113,27 @@ def test_ctrl_c_checkpoints_a_whole_step_and_resume_continues(tiny_model, data_f
     assert main(train_args(tiny_model, data_file, out, "--max-steps", str(step + 2),
                            "--resume")) == 0
     assert len(losses(out)) == step + 2
+
+
+def test_resume_auto_starts_afresh_continues_and_replaces_a_start_without_checkpoint(
+        tiny_model, data_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "4", "--resume",
+                           "auto")) == 0
+    assert len(losses(out)) == 4
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "6", "--resume",
+                           "auto")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from"].endswith("checkpoint-4") and len(losses(out)) == 6
+    for checkpoint in out.glob("checkpoint-*"):  # a run stopped before its first checkpoint
+        shutil.rmtree(checkpoint)
+    capsys.readouterr()
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "2", "--resume")) == 2
+    assert "--resume: no checkpoint in" in capsys.readouterr().err
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "2", "--resume",
+                           "auto")) == 0
+    assert len(losses(out)) == 2
+    assert json.loads((out / "summary.json").read_text())["resumed_from"] is None
 
 
 def test_sequences_past_the_models_positions_are_cut_to_fit(tiny_model, tmp_path, capsys):

@@ -12,7 +12,7 @@ import cpuft
 ROOT = Path(cpuft.__file__).parent
 LAYERS = [
     {"errors", "log", "paths", "topology", "config", "speedplan", "launch", "forecast", "testing",
-     "report"},  # torch-free
+     "report", "scheduler"},  # torch-free
     {"kernels", "data", "metrics", "distributed", "optim", "envlock"},
     {"speedups", "runtime"},
     {"engine"},

@@ -219,10 +219,11 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
         loss = _one_value(loss_fn or _model_loss, "loss_fn" if loss_fn else "the model's loss")
     cfg = _config({"output_dir": "", **train_settings})
     out = Path(cfg.output.output_dir) if cfg.output.output_dir else None
-    if cfg.output.resume and out is None:
+    resume = cfg.output.resume != "no"  # no checkpoint yet: fit starts afresh with either
+    if resume and out is None:
         raise CpuftError("cpuft.fit: resume=True needs the output_dir of the run to resume")
-    replaces = out is not None and _output_dir(out, cfg.output.resume, cfg.output.overwrite) \
-        and not cfg.output.resume
+    replaces = out is not None and _output_dir(out, resume, cfg.output.overwrite) \
+        and not resume
     runtime = start(cfg, own_loop=True)
     dist = runtime.dist
     rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
@@ -235,8 +236,8 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     if per_epoch == 0 and not o.max_steps:
         raise CpuftError("cpuft.fit: the data has no length: pass max_steps")
     total = o.max_steps or max(1, math.ceil(o.epochs * per_epoch))
-    resume_from = latest_checkpoint(out) if out is not None and cfg.output.resume else None
-    if cfg.output.resume and resume_from is None:
+    resume_from = latest_checkpoint(out) if out is not None and resume else None
+    if resume and resume_from is None:
         LOG.info(f"no checkpoint in {out} to resume from: starting afresh")
     # The run replaced stays aside until this one has a checkpoint (settle_previous).
     aside = clear_output_dir(out, None) if out is not None and replaces and rank == 0 else None

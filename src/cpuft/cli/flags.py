@@ -43,6 +43,8 @@ def _flag(group: Any, s: Setting, aliases: Sequence[str] = (),
     elif s.kind is list:
         kwargs["type"] = _comma_list
         kwargs["metavar"] = "A[,B]"
+    elif {"yes", "no"} <= set(s.choices):  # --resume alone is yes; --resume auto
+        kwargs.update(nargs="?", const="yes", choices=s.choices)
     elif s.choices:
         kwargs["choices"] = s.choices
     else:

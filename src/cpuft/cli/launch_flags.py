@@ -19,8 +19,9 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nproc-per-node", default=None,
                    help="ranks per host: a number or 'auto' (one per NUMA node)")
     g.add_argument("--hostfile", help="hosts: one a line, 'host slots=N' or 'host:N'")
-    g.add_argument("--launcher", choices=("local", "ssh", "mpirun"),
-                   help="local (default without --hostfile), ssh (default with it), mpirun")
+    g.add_argument("--launcher", choices=("local", "ssh", "mpirun", "slurm"),
+                   help="local (the default), ssh (the default with --hostfile), mpirun, or "
+                        "slurm (the default inside a Slurm allocation: srun starts each node)")
     g.add_argument("--master-addr", help="rendezvous address (default: the first host's)")
     g.add_argument("--master-port", type=int, default=29500)
     g.add_argument("--max-restarts", type=int, default=0,

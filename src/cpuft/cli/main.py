@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         forecast_cmd,
         launch_cmd,
         report_cmd,
+        slurm_cmd,
         train_cmd,
     )
 
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_cmd.register(sub)
     forecast_cmd.register(sub)
     report_cmd.register(sub)
+    slurm_cmd.register(sub)
     return parser
 
 

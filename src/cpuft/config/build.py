@@ -72,6 +72,8 @@ def _from_file(setting: Setting, value: Any) -> Any:
 def _checked(setting: Setting, value: Any) -> Any:
     """``value`` as the setting's type, or one line saying what is wrong."""
     kind = setting.kind
+    if isinstance(value, bool) and {"yes", "no"} <= set(setting.choices):
+        value = "yes" if value else "no"  # resume=True, as the Python API and files say it
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     ok = (isinstance(value, list) and all(isinstance(v, str) for v in value) if kind is list

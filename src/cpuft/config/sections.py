@@ -23,6 +23,7 @@ Allocator = Literal["auto", "tcmalloc", "jemalloc", "system"]
 Backend = Literal["auto", "gloo", "mpi", "ccl"]
 GradCompression = Literal["none", "bf16", "powersgd"]
 LrSchedule = Literal["linear", "constant"]
+Resume = Literal["no", "yes", "auto"]
 
 DEFAULT_TASK = "rotten_tomatoes"
 T = TypeVar("T")
@@ -132,8 +133,10 @@ class OutputConfig:
     """Where the model, metrics and checkpoints go."""
     overwrite: bool = False
     """Replace an output dir that holds another run."""
-    resume: bool = False
-    """Resume from the newest checkpoint in --output-dir."""
+    resume: Resume = "no"
+    """Continue the run in --output-dir from its newest checkpoint (--resume); with 'auto', where
+    it has one, else start afresh, replacing a run there that never reached a checkpoint (what a
+    job that may be requeued passes every time)."""
     save_steps: int = 0
     """Write a checkpoint every N steps (0: only at the end)."""
     log_steps: int = 10

@@ -81,17 +81,18 @@ def rank0_value(value: float) -> float | None:
 
 def _join(backend: str, timeout_s: float, comm_cores: Sequence[int] | None) -> Any:
     import os
+    from dataclasses import replace
 
     import torch.distributed as dist
 
-    from cpuft.distributed.env import RankInfo
+    from cpuft.distributed.env import rank_info
     from cpuft.distributed.group import DistContext, init_distributed
 
     if dist.is_available() and dist.is_initialized():  # the script's own process group
         world = dist.get_world_size()
-        info = RankInfo(rank=dist.get_rank(), world_size=world,
-                        local_rank=int(os.environ.get("LOCAL_RANK", "0")))
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        launched = rank_info(os.environ)
+        info = replace(launched, rank=dist.get_rank(), world_size=world)
+        local = launched.local_world_size if launched.launcher else world
         return DistContext(info=info, backend=str(dist.get_backend()),
                            nodes=max(1, world // max(local, 1)))
     if comm_cores is None:

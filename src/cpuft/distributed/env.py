@@ -5,14 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cpuft.scheduler.slurm import srun_task
 from cpuft.topology.placement import COMM_CORES_ENV, RANK_CORES_ENV, cores_for_local_rank
 
 # (rank, world size, local rank) variables of each launcher, in order of preference.
-LAUNCHER_VARS = (
-    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),  # Open MPI
-    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),  # Intel MPI, MPICH (Hydra)
-)
+# (rank, world size, local rank, ranks on this node)
+LAUNCHER_VARS = {
+    "torchrun": ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    "openmpi": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    "hydra": ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),  # Intel MPI, MPICH
+}
+"""Then Slurm's, in a task srun started (cpuft.scheduler.slurm)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +24,10 @@ class RankInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    local_world_size: int = 1
+    """The ranks on this node (the whole world where the launcher did not say)."""
+    launcher: str = ""
+    """Who set them: a key of LAUNCHER_VARS, 'slurm', or '' (nobody: a single process)."""
 
     @property
     def distributed(self) -> bool:
@@ -32,14 +40,33 @@ class RankInfo:
 
 def rank_info(environ: Mapping[str, str]) -> RankInfo:
     """Rank, world size and local rank; a single process when no launcher set them."""
-    for rank_var, size_var, local_var in LAUNCHER_VARS:
+    for launcher, (rank_var, size_var, local_var, local_size_var) in LAUNCHER_VARS.items():
         if rank_var in environ and size_var in environ:
+            world = int(environ[size_var])
             return RankInfo(
                 rank=int(environ[rank_var]),
-                world_size=int(environ[size_var]),
+                world_size=world,
                 local_rank=int(environ.get(local_var, "0")),
+                local_world_size=int(environ.get(local_size_var, world)),
+                launcher=launcher,
             )
+    task = srun_task(environ)
+    if task is not None:
+        return RankInfo(rank=task.rank, world_size=task.world_size, local_rank=task.local_rank,
+                        local_world_size=task.local_world_size, launcher="slurm")
     return RankInfo()
+
+
+def rendezvous(environ: Mapping[str, str]) -> tuple[str, int] | None:
+    """Where the job's ranks meet: ``MASTER_ADDR``:``MASTER_PORT`` as launchers set them, or,
+    in srun's tasks, the step's first node on the job's port; None where nobody said."""
+    addr, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    if addr and port and port.isdigit():
+        return addr, int(port)
+    task = srun_task(environ)
+    if task is not None:
+        return task.master_addr, task.master_port
+    return None
 
 
 def launched_cores(environ: Mapping[str, str]) -> tuple[list[int], list[int]]:

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cpuft.distributed.env import RankInfo, rank_info
+from cpuft.distributed.env import RankInfo, rank_info, rendezvous
 from cpuft.distributed.powersgd import PowerSGD
 from cpuft.errors import CpuftError
 
@@ -120,9 +120,8 @@ def init_distributed(backend: str = "auto", timeout_s: float = 120.0,
                                     world_size=info.world_size, timeout=timeout)
     except (RuntimeError, ValueError) as e:
         raise CpuftError(f"rank {info.rank} could not join the job on {chosen}: {e}") from None
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE",
-                                                                  info.world_size)))
-    return DistContext(info=info, backend=chosen, nodes=max(1, info.world_size // max(local, 1)))
+    return DistContext(info=info, backend=chosen,
+                       nodes=max(1, info.world_size // max(info.local_world_size, 1)))
 
 
 @contextmanager
@@ -147,9 +146,10 @@ def _attempt_store(info: RankInfo, timeout: datetime.timedelta) -> dist.Store:
     Under torchrun the store is the rendezvous store, which outlives a restart: without a prefix
     per attempt, a restarted rank can read a dead peer's address and fail to connect.
     """
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not addr or not port:
+    meet = rendezvous(os.environ)
+    if meet is None:
         raise CpuftError("MASTER_ADDR and MASTER_PORT must be set for a distributed run")
+    addr, port = meet
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     if not agent_store and info.rank == 0:
         # TCPStore alone listens on every interface; bound here, it listens on the cluster's.

@@ -3,7 +3,8 @@ SCRIPT.py ARGS`` or ``... -m MODULE ARGS``.
 
 Before the script (and torch) loads, the rank pins itself to its share of the node's cores
 (``CPUFT_RANK_CORES``, by local rank) and sets torch.distributed's ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` where the launcher (mpirun) named them otherwise, so
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` where the launcher
+(mpirun, srun) named them otherwise, so
 that a script calling ``torch.distributed.init_process_group()`` itself joins the job, as one
 calling ``cpuft.distributed.init()`` does. A ``CpuftError`` the script lets out ends the rank
 with one line naming it, and exit code 2. A process group the script leaves open is destroyed
@@ -16,10 +17,8 @@ import os
 import runpy
 import sys
 
-from cpuft.distributed.env import launched_cores, rank_info
+from cpuft.distributed.env import launched_cores, rank_info, rendezvous
 from cpuft.errors import CpuftError
-
-LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 
 
 def prepare_rank(environ: dict[str, str] | os._Environ[str]) -> list[int]:
@@ -29,9 +28,11 @@ def prepare_rank(environ: dict[str, str] | os._Environ[str]) -> list[int]:
         environ.setdefault("RANK", str(info.rank))
         environ.setdefault("WORLD_SIZE", str(info.world_size))
         environ.setdefault("LOCAL_RANK", str(info.local_rank))
-        local = next((environ[v] for v in LOCAL_SIZE_VARS if v in environ), None)
-        if local is not None:
-            environ.setdefault("LOCAL_WORLD_SIZE", local)
+        environ.setdefault("LOCAL_WORLD_SIZE", str(info.local_world_size))
+        meet = rendezvous(environ)
+        if meet is not None:
+            environ.setdefault("MASTER_ADDR", meet[0])
+            environ.setdefault("MASTER_PORT", str(meet[1]))
     cores = launched_cores(environ)[0] if hasattr(os, "sched_setaffinity") else []
     if cores:
         os.sched_setaffinity(0, cores)

@@ -230,20 +230,21 @@ class _Loop:
                 self.epoch, self.position = self.epoch + 1, 0
             if config.save_steps and self.step % config.save_steps == 0:
                 self._checkpoint()
+            signum = stop.get("signal", 0)
             if self.dist is not None:
                 # A signal reaches each rank at its own moment: the ranks stop at one step, so
                 # that rank 0 is not left waiting in an all-reduce for one that already left.
-                [signum] = self.dist.all_reduce_max([float(stop.get("signal", 0))])
-                if signum:
-                    stop.setdefault("signal", int(signum))
+                # Only the reduced value decides: a signal that lands after the all-reduce
+                # waits for the next step on every rank alike.
+                signum = int(self.dist.all_reduce_max([float(signum)])[0])
             # Stopped in the last step, the run is done: it ends as any finished run does.
-            if stop and self.step < config.total_steps:
+            if signum and self.step < config.total_steps:
                 self._checkpoint()
                 self.logger.close()
                 where = (f"; checkpoint at step {self.step} in {config.output_dir}"
                          if config.output_dir and self.is_main else "")
                 raise Interrupted(f"stopped at step {self.step}{where}: rerun with --resume",
-                                  stop["signal"])
+                                  signum)
             if at_end:
                 return
 

@@ -37,7 +37,7 @@ def check_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
         raise CpuftError(f"--output-dir {out} is a file")
     check_writable_dir(str(out), "--output-dir")
     holds_run = (out / RUN_MARKER).is_file()
-    if cfg.output.resume:
+    if cfg.output.resume == "yes":
         ckpt = latest_checkpoint(out) if holds_run else None
         if ckpt is None:
             raise CpuftError(f"--resume: no checkpoint in {out}")

@@ -39,10 +39,13 @@ LOG = get_logger(__name__)
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """The ``cpuft train`` job in this process, one rank of a job or the only one: set the
     process up, train, and leave the job; the summary (empty on ranks other than 0)."""
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
-        # torchrun restarted the workers after a failure: continue from the last checkpoint.
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    if restarted or cfg.output.resume == "auto":
+        # torchrun restarted the workers after a failure, or a requeued job asks: continue from
+        # the last checkpoint, or replace a start that never reached one.
         found = latest_checkpoint(Path(cfg.output.output_dir)) is not None
-        cfg = replace(cfg, output=replace(cfg.output, resume=found, overwrite=not found))
+        cfg = replace(cfg, output=replace(cfg.output, resume="yes" if found else "no",
+                                          overwrite=cfg.output.overwrite or not found))
     runtime = start(cfg)
     try:
         return run_train(cfg, runtime.plan, runtime.dist)
@@ -58,7 +61,7 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan,
     out, resume_from = Path(cfg.output.output_dir), None
     if main:
         out, resume_from = check_output_dir(cfg)
-    if cfg.output.resume:
+    if cfg.output.resume == "yes":
         cfg = fit_to_world(out, cfg, world)
     run = build_run(cfg, plan, dist=dist)
     cfg = run.cfg
@@ -80,7 +83,7 @@ def _train(run: Run, out: Path, resume_from: Path | None,
     if dist is not None:
         dist.barrier()  # rank 0 has checked, cleared or found the output dir
         if not main:
-            resume_from = latest_checkpoint(out) if cfg.output.resume else None
+            resume_from = latest_checkpoint(out) if cfg.output.resume == "yes" else None
     before = _before(run, out, resume_from, main)
     logger = MetricLogger(_start_run_folder(run, out, resume_from) if main else [])
     if main:

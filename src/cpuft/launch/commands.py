@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from cpuft.errors import CpuftError
 from cpuft.launch.hostfile import Host
 from cpuft.launch.names import check_env_name, check_host
+from cpuft.launch.program import user_command
 
 # "--" ends ssh's options: nothing after it is read as one, whatever the host is called.
 DEFAULT_REMOTE_SHELL = "ssh -o BatchMode=yes -- {host} {command}"
@@ -29,7 +30,8 @@ class LaunchConfig:
     nproc_per_node: int
     launcher: str = "local"
     """'local' (torchrun here), 'ssh' (torchrun on each host through --remote-shell), 'mpirun',
-    or 'node' (this node's torchrun in a job of --nnodes, as a scheduler starts it)."""
+    'node' (this node's torchrun in a job of --nnodes, as a scheduler starts it) or 'slurm'
+    (srun starts the per-node mode on every node of the allocation)."""
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     max_restarts: int = 0
@@ -52,6 +54,10 @@ class LaunchConfig:
     """Per-node mode (a scheduler starts one launcher a node): the job's nodes; 0 otherwise."""
     node_rank: int = 0
     """Per-node mode: this node's rank (0 serves the rendezvous store)."""
+    cpus_per_node: int = 0
+    """Slurm: the CPUs srun gives each node's launcher (0: srun's default)."""
+    comm_cores: int = 0
+    """Slurm: handed to each node's launcher, which keeps them for communication."""
 
     @property
     def world_size(self) -> int:
@@ -168,6 +174,28 @@ def mpirun_command(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
                 "-genvlist", ",".join(check_env_name(k) for k in sorted(env))]
         return [*argv, *program], env
     raise CpuftError(f"unknown MPI {cfg.mpi!r}: use openmpi or intelmpi")
+
+
+def srun_command(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
+    """One srun task on every node of the allocation, each the per-node mode: that node's ranks,
+    placed from that node's own CPUs (its task's affinity), meeting on the first node.
+
+    ``--ntasks-per-node=1`` with ``--ntasks`` set: an allocation of several tasks a node would
+    otherwise make srun start one launcher per task. The CPUs are passed explicitly, as Slurm
+    22.05's srun does not take ``--cpus-per-task`` from the allocation.
+    """
+    n = len(cfg.hosts)
+    argv = ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1", f"--chdir={cfg.workdir}"]
+    if cfg.cpus_per_node:
+        argv.append(f"--cpus-per-task={cfg.cpus_per_node}")
+    argv += [cfg.python, "-m", "cpuft", "launch", f"--nnodes={n}",
+             f"--rdzv-endpoint={check_host(cfg.master_addr)}:{cfg.master_port}",
+             f"--rdzv-id={cfg.rdzv_id}", f"--nproc-per-node={cfg.nproc_per_node or 'auto'}",
+             f"--max-restarts={cfg.max_restarts}"]
+    if cfg.comm_cores:
+        argv.append(f"--comm-cores={cfg.comm_cores}")
+    return [*argv, "--", *user_command(cfg.module_args, cfg.train_args)], {}
 
 
 def forwarded_env(

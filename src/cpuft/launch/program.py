@@ -47,3 +47,14 @@ def rank_program(command: list[str]) -> RankProgram:
     if not os.path.isfile(script):
         raise CpuftError(f"{script}: no such file")
     return RankProgram((*SCRIPT_RUNNER, script), tuple(rest[1:]), False)
+
+
+def user_command(program: tuple[str, ...] | list[str], args: list[str]) -> list[str]:
+    """The trailing command of ``cpuft launch`` that gives ``program`` with ``args``: the
+    inverse of ``rank_program``, for a launcher that starts another ``cpuft launch``."""
+    program = tuple(program)
+    if program == TRAIN:
+        return ["train", *args]
+    if program[:len(SCRIPT_RUNNER)] == SCRIPT_RUNNER:
+        return ["python", *program[len(SCRIPT_RUNNER):], *args]
+    raise CpuftError(f"cannot hand {' '.join(program)} to another launcher")

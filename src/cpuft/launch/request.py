@@ -9,13 +9,15 @@ import re
 import socket
 import sys
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cpuft.errors import CpuftError
 from cpuft.launch.commands import DEFAULT_REMOTE_SHELL, LaunchConfig, forwarded_env
 from cpuft.launch.hostfile import Host, read_hostfile
 from cpuft.launch.names import check_host
 from cpuft.launch.run import check_port, resolve_network
+from cpuft.scheduler.node import scheduler_node_rank
+from cpuft.scheduler.slurm import Allocation, allocation
 from cpuft.speedplan.allocator import allocator_env, choose_allocator
 from cpuft.topology import read_topology
 from cpuft.topology.placement import auto_nproc, node_env, plan_node
@@ -32,7 +34,8 @@ class LaunchRequest:
     """A number, 'auto' (one per NUMA node, or the hostfile's slots) or None (the same)."""
     hostfile: str | None = None
     launcher: str | None = None
-    """'local', 'ssh' or 'mpirun'; None: ssh with a hostfile, else local."""
+    """'local', 'ssh', 'mpirun' or 'slurm'; None: ssh with a hostfile, slurm inside a Slurm
+    allocation, else local."""
     master_addr: str | None = None
     """The rendezvous address; None: the first host's, found from the network."""
     master_port: int = 29500
@@ -81,7 +84,8 @@ def _endpoint(req: LaunchRequest) -> tuple[str, int]:
         raise CpuftError("--nnodes starts this node's ranks alone: it takes no --hostfile, "
                          "--launcher or --master-addr (node 0 is --rdzv-endpoint)")
     if req.node_rank is None or not req.rdzv_endpoint:
-        raise CpuftError("--nnodes needs --node-rank R and --rdzv-endpoint HOST:PORT")
+        raise CpuftError("--nnodes needs --node-rank R (or a scheduler that sets it: srun, "
+                         "Kubeflow) and --rdzv-endpoint HOST:PORT")
     if req.nnodes is None or req.nnodes < 1 or not 0 <= req.node_rank < req.nnodes:
         raise CpuftError(f"--node-rank {req.node_rank} is not a node of --nnodes {req.nnodes}")
     host, sep, port = req.rdzv_endpoint.rpartition(":")
@@ -100,10 +104,43 @@ def _endpoint(req: LaunchRequest) -> tuple[str, int]:
     return addr, int(port)
 
 
-def build_launch(req: LaunchRequest, check_network: bool = True) -> LaunchConfig:
+def _slurm_launch(req: LaunchRequest, alloc: Allocation | None) -> LaunchConfig:
+    """srun starts one launcher a node; each places its ranks from its own node's CPUs."""
+    if alloc is None:
+        raise CpuftError("--launcher slurm runs inside a Slurm allocation (an sbatch script or "
+                         "an salloc shell): SLURM_JOB_ID is not set here, or this is already "
+                         "an srun task")
+    if req.hostfile or req.master_addr:
+        raise CpuftError("--launcher slurm takes its nodes and rendezvous from the allocation: "
+                         "drop --hostfile and --master-addr")
+    nproc = 0 if req.nproc_per_node in (None, "auto") else _nproc(req, [])
+    if req.max_restarts < 0:
+        raise CpuftError("--max-restarts must be 0 or more")
+    host, port = alloc.rendezvous
+    check_host(host, "the allocation's first node")
+    return LaunchConfig(
+        hosts=[Host(check_host(n, "SLURM_JOB_NODELIST")) for n in alloc.nodes],
+        nproc_per_node=nproc, launcher="slurm", master_addr=host, master_port=port,
+        max_restarts=req.max_restarts, workdir=os.getcwd(), python=sys.executable,
+        module_args=list(req.program), train_args=list(req.train_args),
+        rdzv_id=f"slurm-{alloc.job_id}", cpus_per_node=min(alloc.cpus_per_node, default=0),
+        comm_cores=req.comm_cores, nnodes=len(alloc.nodes),
+    )
+
+
+def build_launch(req: LaunchRequest, check_network: bool = True,
+                 environ: dict[str, str] | None = None) -> LaunchConfig:
     """The LaunchConfig for ``req``. ``check_network=False`` leaves the network (master address,
-    interfaces, port) unresolved."""
+    interfaces, port) unresolved; ``environ`` (default: this process's) says whether a
+    scheduler started it."""
+    environ = dict(os.environ) if environ is None else environ
+    alloc = allocation(environ)
     per_node = req.nnodes is not None
+    if req.launcher == "slurm" or (alloc and not per_node and not req.launcher
+                                   and not req.hostfile):
+        return _slurm_launch(req, alloc)
+    if per_node and req.node_rank is None:
+        req = replace(req, node_rank=scheduler_node_rank(environ))
     if not per_node and (req.node_rank is not None or req.rdzv_endpoint or req.rdzv_id):
         raise CpuftError("--node-rank, --rdzv-endpoint and --rdzv-id go with --nnodes")
     endpoint = _endpoint(req) if per_node else None

@@ -21,6 +21,7 @@ from cpuft.launch.commands import (
     local_command,
     mpirun_command,
     remote_command,
+    srun_command,
     ssh_commands,
 )
 from cpuft.launch.names import check_host
@@ -99,7 +100,8 @@ class _Proc:
     reader: threading.Thread
 
 
-_RANK_PREFIX = re.compile(r"^\[[^\]\s]+:\d+\] ")
+# A line a rank tagged "[host:rank] ", or a per-node launcher under srun "[host] ".
+_TAGGED = re.compile(r"^\[[^\]\s]+(:\d+)?\] ")
 # torchrun's failure report: "rank      : 1 (local_rank: 0)" then "exitcode  : -9 (pid: 123)"
 # What cpuft.distributed.agent prints for each rank that failed (agent.failure_lines).
 FAILED_RANK = re.compile(r"^cpuft agent: rank (\d+) \(local rank \d+\) failed with exit code "
@@ -125,7 +127,7 @@ def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failur
     for line in pipe:  # type: ignore[attr-defined]
         if capture is not None:
             capture.append(line)
-        from_rank = _RANK_PREFIX.match(line) is not None
+        from_rank = _TAGGED.match(line) is not None
         if stopping.is_set() and not from_rank:
             # Stopped on request, a torchrun agent prints a traceback of its own signal
             # handler; the ranks' lines and the launcher's last line say what happened.
@@ -173,10 +175,10 @@ def _commands(cfg: LaunchConfig, base_env: dict[str, str]
     if cfg.launcher in ("ssh", "direct"):
         build = ssh_commands if cfg.launcher == "ssh" else direct_commands
         return [(s.host, s.argv, base_env, s.stdin) for s in build(cfg)]
-    if cfg.launcher == "mpirun":
-        argv, env = mpirun_command(cfg)
-        return [("mpirun", argv, {**base_env, **env}, None)]
-    raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh or mpirun")
+    if cfg.launcher in ("mpirun", "slurm"):
+        argv, env = (mpirun_command if cfg.launcher == "mpirun" else srun_command)(cfg)
+        return [(cfg.launcher, argv, {**base_env, **env}, None)]
+    raise CpuftError(f"unknown launcher {cfg.launcher!r}: use local, ssh, mpirun or slurm")
 
 
 def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
@@ -224,17 +226,31 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
         failed = next(((p.host, p.popen.returncode) for p in procs if p.popen.returncode), None)
     if failed is None:
         return 0
+    # Under srun (the per-node mode) every node says its own ending: name the node.
+    tag = f"[{cfg.hosts[0].name}] " if cfg.launcher == "node" else ""
     if stopped_by:
-        print(f"cpuft: stopped by signal {stopped_by[0]}; rank 0 wrote a checkpoint if it had "
-              "finished a step: rerun the same command with --resume", file=sys.stderr)
+        print(f"{tag}cpuft: stopped by signal {stopped_by[0]}; rank 0 wrote a checkpoint if it "
+              "had finished a step: rerun the same command with --resume", file=sys.stderr)
         return 128 + stopped_by[0]
+    if cfg.launcher == "slurm":
+        print(srun_ending(failed[1]), file=sys.stderr)
+        return failed[1]
     # A rank killed by a signal is the cause; ranks that lost their peer only followed it.
     # SIGTERM is how agents stop the surviving ranks, so it is the least likely cause.
     cause = min(failures, key=lambda f: (f.exitcode == -signal.SIGTERM, f.exitcode >= 0, f.rank),
                 default=None)
     where = cause.describe() if cause else f"host {failed[0]} failed (exit code {failed[1]})"
-    print(f"cpuft: {where}; every process of the job was stopped", file=sys.stderr)
+    print(f"{tag}cpuft: {where}; every process of the job was stopped", file=sys.stderr)
     # The failing rank's own exit code (128 + N for signal N, as a shell says it), not its
     # agent's, so that whatever started the job can tell failures apart.
     code = cause.exitcode if cause else failed[1]
     return code if code > 0 else 128 - code if code < 0 else 1
+
+
+def srun_ending(code: int) -> str:
+    """The launcher's last line when srun ended badly (each node has said what it saw)."""
+    if code == 128 + signal.SIGTERM:
+        return ("cpuft: Slurm stopped the job's tasks with SIGTERM (scancel, or --signal ahead "
+                "of the time limit); the ranks wrote a checkpoint if they had finished a step: "
+                "requeue or resubmit the job, with --resume auto, to continue")
+    return f"cpuft: srun ended with exit code {code}; the nodes' lines above say which rank failed"

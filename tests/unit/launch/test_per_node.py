@@ -36,7 +36,7 @@ def test_a_node_runs_its_own_ranks_in_the_job_of_nnodes():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"node_rank": None}, "--nnodes needs --node-rank R and --rdzv-endpoint HOST:PORT"),
+    ({"node_rank": None}, "--nnodes needs --node-rank R (or a scheduler that sets it"),
     ({"node_rank": 2}, "--node-rank 2 is not a node of --nnodes 2"),
     ({"rdzv_endpoint": "10.1.2.3"}, "--rdzv-endpoint '10.1.2.3': give HOST:PORT"),
     ({"rdzv_endpoint": "127.0.0.1:29500"}, "is a loopback address (127.0.0.1): the other 1 "
