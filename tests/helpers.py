@@ -3,14 +3,17 @@ of a job (environments, ports, ranks)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import random
+import re
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -175,6 +178,9 @@ def job_pids(tag: str, rank: int | None = None) -> list[int]:
             continue
         if f"CPUFT_TEST_TAG={tag}".encode() not in env or b"CPUFT_JOB" not in b"".join(env):
             continue
+        with contextlib.suppress(OSError):  # a rank's output relay is not the rank
+            if b"cpuft.launch.tagged_output" in (entry / "cmdline").read_bytes():
+                continue
         if rank is None or f"RANK={rank}".encode() in env:
             pids.append(int(entry.name))
     return pids
@@ -352,3 +358,23 @@ def parameters_differ(one: Path, two: Path) -> float:
     a, b = load_file(one / "model.safetensors"), load_file(two / "model.safetensors")
     assert a.keys() == b.keys()
     return max(float((a[k] - b[k]).abs().max()) for k in a if ZERO_GRADIENT not in k)
+
+
+ALL_REDUCE_SCRIPT = """
+import json, os
+import torch
+import cpuft.distributed
+
+rank, world = cpuft.distributed.init()
+t = torch.tensor([float(rank + 1)])
+torch.distributed.all_reduce(t)
+print("RESULT " + json.dumps({"rank": rank, "world": world, "sum": float(t),
+                              "ifname": os.environ.get("GLOO_SOCKET_IFNAME", "")}), flush=True)
+"""
+"""A script that joins its job and sums rank + 1 over it; each rank prints a RESULT line."""
+
+
+def all_reduce_results(outs: list[str]) -> list[dict[str, Any]]:
+    """The RESULT lines of ``ALL_REDUCE_SCRIPT`` in ``outs``, by rank."""
+    found = [json.loads(r) for out in outs for r in re.findall(r"RESULT (\{[^{}]*\})", out)]
+    return sorted(found, key=lambda r: r["rank"])

@@ -23,8 +23,10 @@ cpuft.distributed.init(), cpuft.fit or torch.distributed.init_process_group(). "
 the interpreter cpuft runs under.
 
 local and ssh start one torchrun agent per host (c10d rendezvous on the first host); mpirun
-starts every rank with Open MPI or Intel MPI. Each rank pins itself to its share of the host's
-cores. `cpuft train --nproc-per-node N --hostfile FILE ...` does the same.
+starts every rank with Open MPI or Intel MPI; inside a Slurm allocation (sbatch, salloc), srun
+starts one launcher a node (--launcher slurm, the default there). Each rank pins itself to its
+share of the host's cores, and every line it writes starts with [host:rank].
+`cpuft train --nproc-per-node N --hostfile FILE ...` does the same.
 """
 
 

@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         doctor_cmd,
         env_cmd,
         forecast_cmd,
+        k8s_cmd,
         launch_cmd,
         report_cmd,
         slurm_cmd,
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     forecast_cmd.register(sub)
     report_cmd.register(sub)
     slurm_cmd.register(sub)
+    k8s_cmd.register(sub)
     return parser
 
 

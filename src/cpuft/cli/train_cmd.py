@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -57,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
         request = launch_request(args, strip_launch_flags(args.argv), cfg.speedups.allocator)
         return run_job(build_launch(request))
     if me.distributed:
-        prefix_output(os.environ.get("CPUFT_HOST", "localhost"), me.rank)
+        from cpuft.launch.tagged_output import tag_rank_output
+
+        tag_rank_output(me.rank)
     allocator, path, _ = choose_allocator(cfg.speedups.allocator)
     preload = allocator_env(allocator, path)
     if preload and args.may_reexec and not already_reexecuted():
@@ -71,32 +72,6 @@ def run(args: argparse.Namespace) -> int:
     if summary:
         print_summary(summary, cfg.output.output_dir)
     return 0
-
-
-class _Prefixed(io.TextIOBase):
-    """Writes each line with a ``[host:rank]`` prefix, so that ranks' output can be told apart."""
-
-    def __init__(self, stream: Any, prefix: str) -> None:
-        self._stream, self._prefix, self._at_start = stream, prefix, True
-
-    def write(self, text: str) -> int:
-        for piece in text.splitlines(keepends=True):
-            if self._at_start:
-                self._stream.write(self._prefix)
-            self._stream.write(piece)
-            self._at_start = piece.endswith("\n")
-        return len(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def isatty(self) -> bool:
-        return False
-
-
-def prefix_output(host: str, rank: int) -> None:
-    sys.stdout = _Prefixed(sys.stdout, f"[{host}:{rank}] ")
-    sys.stderr = _Prefixed(sys.stderr, f"[{host}:{rank}] ")
 
 
 def print_summary(summary: dict[str, Any], output_dir: str) -> None:

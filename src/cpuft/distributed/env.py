@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cpuft.errors import CpuftError
+from cpuft.launch.commands import WORLD_SIZE_ENV
 from cpuft.scheduler.slurm import srun_task
 from cpuft.topology.placement import COMM_CORES_ENV, RANK_CORES_ENV, cores_for_local_rank
 
@@ -79,3 +81,13 @@ def launched_cores(environ: Mapping[str, str]) -> tuple[list[int], list[int]]:
     comm = (cores_for_local_rank(environ[COMM_CORES_ENV], local_rank, COMM_CORES_ENV)
             if environ.get(COMM_CORES_ENV) else [])
     return cores, comm
+
+
+def check_world(environ: Mapping[str, str], info: RankInfo) -> None:
+    """Refuse a world other than the one the launcher asked for (nodes started with different
+    counts of ranks), before joining it."""
+    asked = environ.get(WORLD_SIZE_ENV, "")
+    if asked.isdigit() and int(asked) != info.world_size:
+        raise CpuftError(f"the job formed a world of {info.world_size} ranks, not the {asked} "
+                         "asked for: every node must start with the same --nnodes and "
+                         "--nproc-per-node")

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cpuft.distributed.env import RankInfo, rank_info, rendezvous
+from cpuft.distributed.env import RankInfo, check_world, rank_info, rendezvous
 from cpuft.distributed.powersgd import PowerSGD
 from cpuft.errors import CpuftError
 
@@ -112,6 +112,7 @@ def init_distributed(backend: str = "auto", timeout_s: float = 120.0,
     info = rank_info(os.environ)
     if not info.distributed:
         return None
+    check_world(os.environ, info)
     chosen = choose_backend(backend)
     timeout = datetime.timedelta(seconds=timeout_s)
     try:

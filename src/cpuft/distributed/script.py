@@ -1,14 +1,14 @@
 """How ``cpuft launch`` runs a user's script on each rank: ``python -m cpuft.distributed.script
 SCRIPT.py ARGS`` or ``... -m MODULE ARGS``.
 
-Before the script (and torch) loads, the rank pins itself to its share of the node's cores
-(``CPUFT_RANK_CORES``, by local rank) and sets torch.distributed's ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` where the launcher
-(mpirun, srun) named them otherwise, so
+Before the script (and torch) loads, the rank tags its output lines ``[host:rank]``, pins itself
+to its share of the node's cores (``CPUFT_RANK_CORES``, by local rank) and sets
+torch.distributed's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR`` and ``MASTER_PORT`` where the launcher (mpirun, srun) named them otherwise, so
 that a script calling ``torch.distributed.init_process_group()`` itself joins the job, as one
 calling ``cpuft.distributed.init()`` does. A ``CpuftError`` the script lets out ends the rank
 with one line naming it, and exit code 2. A process group the script leaves open is destroyed
-when it ends.
+when it ends; a script that never made one, in a world of several ranks, is named in a warning.
 """
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ import os
 import runpy
 import sys
 
-from cpuft.distributed.env import launched_cores, rank_info, rendezvous
+from cpuft.distributed.env import check_world, launched_cores, rank_info, rendezvous
 from cpuft.errors import CpuftError
+from cpuft.launch.tagged_output import tag_rank_output
 
 
 def prepare_rank(environ: dict[str, str] | os._Environ[str]) -> list[int]:
     """Set the torch.distributed variables and pin this process; the cores it took."""
     info = rank_info(environ)
     if info.distributed:
+        check_world(environ, info)
         environ.setdefault("RANK", str(info.rank))
         environ.setdefault("WORLD_SIZE", str(info.world_size))
         environ.setdefault("LOCAL_RANK", str(info.local_rank))
@@ -42,6 +44,8 @@ def prepare_rank(environ: dict[str, str] | os._Environ[str]) -> list[int]:
 def main() -> None:
     argv = sys.argv[1:]
     info = rank_info(os.environ)
+    if info.distributed:
+        tag_rank_output(info.rank)
     try:
         prepare_rank(os.environ)
         if argv[:1] == ["-m"] and len(argv) > 1:
@@ -57,15 +61,28 @@ def main() -> None:
         print(f"cpuft: rank {info.rank}: {e}", file=sys.stderr)
         sys.exit(2)
     finally:
-        _leave_group()
+        joined = _leave_group()
+    if info.distributed and joined is False and info.rank == 0:
+        print(f"cpuft: warning: {' '.join(argv)} ended without joining its job: its "
+              f"{info.world_size} ranks ran as {info.world_size} separate copies of it. Call "
+              "cpuft.distributed.init() (or torch.distributed.init_process_group()) in it, "
+              "or run it on one process", file=sys.stderr)
 
 
-def _leave_group() -> None:
+def _leave_group() -> bool | None:
     """Destroy the process group a script left open: left to the interpreter's exit, its
-    teardown can wait on a peer that is already gone."""
+    teardown can wait on a peer that is already gone. Whether the script ever made a process
+    group (None: torch does not say)."""
     dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if dist is None or not dist.is_available():
+        return False
+    if dist.is_initialized():
         dist.destroy_process_group()
+        return True
+    # Counts every group made, also one the script has destroyed (a private name of torch's).
+    world = getattr(sys.modules.get("torch.distributed.distributed_c10d"), "_world", None)
+    count = getattr(world, "group_count", None)
+    return None if count is None else count > 0
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from cpuft.config import TrainConfig
 from cpuft.engine.step import Batch
 from cpuft.errors import CpuftError
 from cpuft.job.build import Run, build_run
+from cpuft.metrics import Ticker
 from cpuft.runtime import start
 from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.topology import read_topology
@@ -82,6 +83,7 @@ def calibrate(cfg: TrainConfig, sizes: list[int], steps: int = 12) -> dict[str, 
     warm = 2
     timed: dict[int, list[float]] = {s: [] for s in sizes}
     tokens = []
+    ticker = Ticker("calibrating", steps + warm)
     for i, batch in zip(range(steps + warm), run.source.iterate(0), strict=False):
         for size in sizes if i % 2 else sizes[::-1]:  # in turns: drift weighs on all alike
             started = time.perf_counter()
@@ -90,6 +92,7 @@ def calibrate(cfg: TrainConfig, sizes: list[int], steps: int = 12) -> dict[str, 
                 timed[size].append(time.perf_counter() - started)
                 if size == batch_size:
                     tokens.append(stats.tokens)
+        ticker.advance()
     if not tokens:
         raise CpuftError("--calibrate: the data gave too few batches to time")
     means = {s: sum(t) / len(t) for s, t in timed.items()}

@@ -22,6 +22,10 @@ FORWARD_PREFIXES = ("CPUFT_", "OMP_", "KMP_", "GOMP_", "HF_", "TOKENIZERS_", "MA
                     "LD_PRELOAD", "GLOO_", "TORCH_")
 
 
+WORLD_SIZE_ENV = "CPUFT_WORLD_SIZE"
+"""The world the launcher asked for, where it knows it; a rank in another refuses to train."""
+
+
 @dataclass(kw_only=True, slots=True)
 class LaunchConfig:
     """A job: which hosts, how many ranks each, how they meet, and what each rank runs."""

@@ -8,15 +8,21 @@ import os
 import re
 import socket
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 
 from cpuft.errors import CpuftError
-from cpuft.launch.commands import DEFAULT_REMOTE_SHELL, LaunchConfig, forwarded_env
+from cpuft.launch.commands import (
+    DEFAULT_REMOTE_SHELL,
+    WORLD_SIZE_ENV,
+    LaunchConfig,
+    forwarded_env,
+)
 from cpuft.launch.hostfile import Host, read_hostfile
 from cpuft.launch.names import check_host
 from cpuft.launch.run import check_port, resolve_network
-from cpuft.scheduler.node import scheduler_node_rank
+from cpuft.scheduler.node import scheduler_endpoint, scheduler_node_rank
 from cpuft.scheduler.slurm import Allocation, allocation
 from cpuft.speedplan.allocator import allocator_env, choose_allocator
 from cpuft.topology import read_topology
@@ -56,6 +62,8 @@ class LaunchRequest:
     """Per-node mode: HOST:PORT of node 0, where the rendezvous store listens."""
     rdzv_id: str | None = None
     """Per-node mode: the job's name, the same on every node (default: cpuft)."""
+    resolve_wait_s: float = 180.0
+    """Per-node mode: how long to wait for node 0's name to resolve."""
 
 
 def _port_free(port: int) -> bool:
@@ -78,6 +86,26 @@ def _nproc(req: LaunchRequest, hosts: list[Host]) -> int:
         raise CpuftError("--nproc-per-node takes a number or 'auto'") from None
 
 
+def _resolve(host: str, wait_s: float) -> str:
+    """``host``'s address, waiting up to ``wait_s`` for its name to appear: a scheduler may
+    start this node before node 0's name is in the cluster's DNS (a Kubernetes pod's is added
+    when the pod starts)."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            return socket.gethostbyname(host)
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise CpuftError(f"--rdzv-endpoint {host}: the name does not resolve here"
+                                 + (f" (waited {wait_s:.0f}s)" if wait_s else "")) from None
+            if not said:
+                print(f"cpuft: waiting up to {wait_s:.0f}s for {host} (node 0) to resolve",
+                      file=sys.stderr)
+                said = True
+            time.sleep(1.0)
+
+
 def _endpoint(req: LaunchRequest) -> tuple[str, int]:
     """Per-node mode's checks; node 0's address (resolved) and port."""
     if req.hostfile or req.launcher or req.master_addr:
@@ -92,10 +120,7 @@ def _endpoint(req: LaunchRequest) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise CpuftError(f"--rdzv-endpoint {req.rdzv_endpoint!r}: give HOST:PORT")
     check_host(host, "--rdzv-endpoint")
-    try:
-        addr = socket.gethostbyname(host.strip("[]"))
-    except OSError:
-        raise CpuftError(f"--rdzv-endpoint {host}: the name does not resolve here") from None
+    addr = _resolve(host.strip("[]"), req.resolve_wait_s)
     if req.nnodes > 1 and ipaddress.ip_address(addr).is_loopback:
         raise CpuftError(f"--rdzv-endpoint {host} is a loopback address ({addr}): the other "
                          f"{req.nnodes - 1} node(s) cannot reach it; give node 0's address")
@@ -141,6 +166,8 @@ def build_launch(req: LaunchRequest, check_network: bool = True,
         return _slurm_launch(req, alloc)
     if per_node and req.node_rank is None:
         req = replace(req, node_rank=scheduler_node_rank(environ))
+    if per_node and req.rdzv_endpoint is None:
+        req = replace(req, rdzv_endpoint=scheduler_endpoint(environ))
     if not per_node and (req.node_rank is not None or req.rdzv_endpoint or req.rdzv_id):
         raise CpuftError("--node-rank, --rdzv-endpoint and --rdzv-id go with --nnodes")
     endpoint = _endpoint(req) if per_node else None
@@ -164,6 +191,10 @@ def build_launch(req: LaunchRequest, check_network: bool = True,
               "communicate, so those cores stay idle", file=sys.stderr)
     job = uuid.uuid4().hex[:12]
     env = {**forwarded_env(dict(os.environ)), **node_env(placements), "CPUFT_JOB": job}
+    if not (per_node and req.nproc_per_node in (None, "auto")):
+        # Every node's count is known here (a per-node 'auto' is each node's own): a world
+        # that forms otherwise is refused by its ranks (distributed.group.init_distributed).
+        env[WORLD_SIZE_ENV] = str((req.nnodes or len(hosts)) * nproc)
     allocator, path, _ = choose_allocator(req.allocator)
     env.update(allocator_env(allocator, path, env))
     cfg = LaunchConfig(

@@ -61,11 +61,19 @@ def resolve_network(cfg: LaunchConfig, master_given: bool) -> None:
                                  "pass --master-addr")
             cfg.master_addr = addrs[0][1]
     check_host(cfg.master_addr, "the master address")
+    machines: dict[frozenset[str], str] = {}
     for host in cfg.hosts:
         out = probe(cfg, host.name,
                     "ip -o -4 addr show; echo ---; ip -o route get "
                     f"{shlex.quote(cfg.master_addr)} || true")
         addr_text, _, route_text = out.partition("---")
+        # Hosts with the same addresses are one machine (one network stack) under two names:
+        # its ranks would share its cores, each placed as if it had them all.
+        own = frozenset(addr for _, addr in parse_addrs(addr_text))
+        if own and own in machines:
+            raise CpuftError(f"hosts {machines[own]} and {host.name} are one machine (both have "
+                             f"{', '.join(sorted(own))}): list it once, with slots=N for N ranks")
+        machines[own] = host.name
         route = route_to(cfg.master_addr, route_text, addr_text)
         if route is None:
             raise CpuftError(f"host {host.name} has no route to the master {cfg.master_addr}")

@@ -6,8 +6,9 @@ from cpuft.metrics.logger import (
     MetricLogger,
     MetricSink,
     ProgressSink,
+    Ticker,
     progress_sink,
 )
 
 __all__ = ["JsonlSink", "LineProgressSink", "MetricLogger", "MetricSink", "ProgressSink",
-           "progress_sink"]
+           "Ticker", "progress_sink"]

@@ -119,6 +119,30 @@ class LineProgressSink(MetricSink):
                  f"{_clock(left)} left")
 
 
+class Ticker:
+    """Plain progress lines for work without a bar (evaluation, calibration): one at most every
+    ``every_s`` seconds, so that work shorter than that says nothing."""
+
+    def __init__(self, description: str, total: int, every_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._description, self._total, self._every_s, self._clock = (
+            description, total, every_s, clock)
+        self._done = 0
+        self._started = self._last = clock()
+
+    def advance(self, n: int = 1) -> None:
+        self._done += n
+        now = self._clock()
+        if now - self._last < self._every_s:
+            return
+        self._last = now
+        elapsed = now - self._started
+        left = elapsed / self._done * (self._total - self._done) if self._done else 0.0
+        LOG.info(f"{self._description}: {self._done}/{self._total} "
+                 f"({self._done / max(self._total, 1):.0%}), {_clock(elapsed)} elapsed, "
+                 f"{_clock(left)} left")
+
+
 def progress_sink(description: str) -> MetricSink:
     """A progress bar on a terminal; plain lines every so often anywhere else."""
     return ProgressSink(description) if sys.stdout.isatty() else LineProgressSink(description)

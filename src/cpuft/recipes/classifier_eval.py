@@ -11,6 +11,7 @@ from torch import nn
 from cpuft.data.batching import Collator
 from cpuft.data.prepare import Encoded
 from cpuft.engine.step import autocast_for
+from cpuft.metrics import Ticker
 from cpuft.recipes.scoring import score
 
 
@@ -22,6 +23,7 @@ def predict(model: nn.Module, data: Encoded, collator: Collator, batch_size: int
     model.eval()
     order = sorted(range(len(data)), key=lambda i: data.lengths[i])
     preds = np.zeros(len(data), dtype=np.float64 if regression else np.int64)
+    ticker = Ticker("evaluating", len(order))
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         batch = collator(data, idx)
@@ -30,6 +32,7 @@ def predict(model: nn.Module, data: Encoded, collator: Collator, batch_size: int
             logits = model(**batch).logits.float()
         out = logits.squeeze(-1) if regression else logits.argmax(-1)
         preds[idx] = out.numpy()
+        ticker.advance(len(idx))
     model.train(was_training)
     return preds
 

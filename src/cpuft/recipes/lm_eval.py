@@ -14,6 +14,7 @@ from cpuft.data.lm import IGNORE, LmCollator
 from cpuft.data.prepare import Encoded
 from cpuft.engine.step import autocast_for
 from cpuft.errors import CpuftError
+from cpuft.metrics import Ticker
 
 MAX_CHOICES = 20
 """Accuracy is scored where a data set has at most this many distinct responses."""
@@ -39,10 +40,13 @@ def lm_loss(model: nn.Module, data: Encoded, collator: LmCollator, *, batch_size
     model.eval()
     order = sorted(range(len(data)), key=lambda i: data.lengths[i])
     total, count = 0.0, 0
+    ticker = Ticker("evaluating the loss", len(order))
     for start in range(0, len(order), batch_size):
-        batch = collator(data, order[start : start + batch_size])
+        idx = order[start : start + batch_size]
+        batch = collator(data, idx)
         count += int((batch["labels"][:, 1:] != IGNORE).sum())
         total += float(_token_losses(model, batch, precision).sum())
+        ticker.advance(len(idx))
     model.train(was_training)
     if count == 0:
         raise CpuftError("no token of the data to evaluate counts in the loss")
@@ -61,9 +65,11 @@ def choice_accuracy(model: nn.Module, candidates: Encoded, references: Sequence[
     model.eval()
     scores = torch.empty(len(candidates))
     order = sorted(range(len(candidates)), key=lambda i: candidates.lengths[i])
+    ticker = Ticker("scoring the choices", len(order))
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         scores[idx] = -_token_losses(model, collator(candidates, idx), precision)
+        ticker.advance(len(idx))
     model.train(was_training)
     chosen = scores.view(-1, n_choices).argmax(dim=1)
     return float((chosen == torch.tensor(list(references))).float().mean())
