@@ -11,8 +11,8 @@ import cpuft
 
 ROOT = Path(cpuft.__file__).parent
 LAYERS = [
-    {"errors", "log", "paths", "topology", "config", "speedplan", "launch", "forecast", "testing",
-     "report", "scheduler"},  # torch-free
+    {"errors", "durations", "log", "paths", "topology", "config", "speedplan", "launch",
+     "forecast", "testing", "report", "scheduler"},  # torch-free
     {"kernels", "data", "metrics", "distributed", "optim", "envlock"},
     {"speedups", "runtime"},
     {"engine"},

@@ -62,6 +62,15 @@ def register(sub: Any) -> None:
                    help="the JSON of `cpuft cluster check --json` on the nodes: their measured "
                         "bandwidth and latency")
     p.add_argument("--prices", default="", help="a price table to use instead of cpuft's")
+    s = p.add_argument_group("spot nodes")
+    s.add_argument("--preemptions-per-hour", type=finite_float, default=0.0,
+                   help="how often a spot node is taken back, per node-hour (e.g. 0.05): the "
+                        "spot column then counts the work lost and the restarts")
+    s.add_argument("--checkpoint-every", default="10m",
+                   help="time between checkpoints (cpuft train --save-every): a preemption "
+                        "loses half of it on average")
+    s.add_argument("--restart-time", default="60s",
+                   help="time from a lost node to training again: rendezvous, start, load")
     p.add_argument("--deadline", default="", help="e.g. 30m, 2h: the cheapest K that meets it")
     p.add_argument("--min-gain", type=finite_float, default=0.5,
                    help="a node pays while it adds at least this share of one node's speed")
@@ -89,6 +98,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.prices and not args.instance:
         raise CpuftError("--prices is read for --instance NAME: give an instance of it, or "
                          "drop --prices")
+    if args.preemptions_per_hour < 0:
+        raise CpuftError("--preemptions-per-hour must be 0 or positive")
     if args.global_batch < 0 or not 0 < args.min_gain <= 1:
         raise CpuftError("--global-batch and --min-gain (at most 1) must be positive")
     check_writable_dir(args.output_dir, "--output-dir")
@@ -115,14 +126,20 @@ def _calibrate(args: argparse.Namespace, nodes: list[int], out: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cpuft.durations import parse_duration
     from cpuft.forecast.calibration import read_calibration
     from cpuft.forecast.model import Job
-    from cpuft.forecast.sheet import chart, parse_duration, parse_nodes, plan_sheet
+    from cpuft.forecast.preemption import Preemption
+    from cpuft.forecast.sheet import chart, parse_nodes, plan_sheet
     from cpuft.forecast.target import NodeRequest, compute_notes, target_of
 
     _check(args)
     nodes = parse_nodes(args.nodes)
-    deadline = parse_duration(args.deadline) if args.deadline else None
+    deadline = parse_duration(args.deadline, "--deadline") if args.deadline else None
+    every = parse_duration(args.checkpoint_every, "--checkpoint-every")
+    restart = parse_duration(args.restart_time, "--restart-time")
+    preemption = (Preemption(args.preemptions_per_hour, every, restart)
+                  if args.preemptions_per_hour else None)
     out = Path(args.output_dir)
     source = _calibrate(args, nodes, out) if args.calibrate else Path(args.calibration)
     cal = read_calibration(source)
@@ -143,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
                    tokens_per_sample=cal.data_tokens_per_sample)
 
     sheet = plan_sheet(cal, target, job_of, nodes, deadline_s=deadline,
-                       min_gain=args.min_gain, notes=notes)
+                       min_gain=args.min_gain, notes=notes, preemption=preemption)
     _print(sheet)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(sheet, indent=2) + "\n")
@@ -156,9 +173,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(sheet: dict[str, Any]) -> None:
     from cpuft.cli.output import print_table
-    from cpuft.forecast.sheet import COLUMNS, table_rows, verdicts
+    from cpuft.forecast.sheet import columns, table_rows, verdicts
 
     t = sheet["target"]
     print_table(f"cpuft plan: {sheet['model'] or sheet['recipe']} on {t['name']} "
                 f"({t['cores']:g} cores, {t['isa']}, {t['link_gbit']:g} Gbit/s)",
-                COLUMNS, table_rows(sheet), verdicts(sheet))
+                columns(sheet), table_rows(sheet), verdicts(sheet))

@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         forecast_cmd,
         k8s_cmd,
         launch_cmd,
+        rendezvous_cmd,
         report_cmd,
         slurm_cmd,
         train_cmd,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_cmd.register(sub)
     slurm_cmd.register(sub)
     k8s_cmd.register(sub)
+    rendezvous_cmd.register(sub)
     return parser
 
 

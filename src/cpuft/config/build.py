@@ -17,6 +17,7 @@ from typing import Any
 from cpuft.config.fields import Setting, all_sections, settings
 from cpuft.config.recipes import recipe_spec
 from cpuft.config.sections import SECTIONS, CausalLmConfig, ClassifierConfig, TrainConfig
+from cpuft.durations import parse_duration
 from cpuft.errors import CpuftError, CpuftTypeError
 
 
@@ -130,6 +131,7 @@ def validate(cfg: TrainConfig) -> None:
         (o.max_grad_norm >= 0, "--max-grad-norm must be 0 (no clipping) or positive"),
         (s.threads >= 0, "--threads must be 0 (one per physical core) or positive"),
         (dist.bucket_cap_mb >= 0, "--bucket-cap-mb must be 0 (by gradient type) or positive"),
+        (dist.comm_timeout > 0, "--comm-timeout must be positive"),
         (len(columns.text_columns) <= 2, "--text-columns takes one or two columns"),
         (d.max_train_samples >= 0, "--max-train-samples must be 0 (all) or positive"),
         (d.max_eval_samples >= 0, "--max-eval-samples must be 0 (all) or positive"),
@@ -140,6 +142,8 @@ def validate(cfg: TrainConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise CpuftError(message)
+    if cfg.output.save_every:
+        parse_duration(cfg.output.save_every, "--save-every")
 
 
 def refuse_other_recipes(recipe: str, given: Iterable[str]) -> None:

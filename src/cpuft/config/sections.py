@@ -139,6 +139,10 @@ class OutputConfig:
     job that may be requeued passes every time)."""
     save_steps: int = 0
     """Write a checkpoint every N steps (0: only at the end)."""
+    save_every: str = ""
+    """Also write a checkpoint once this much time has passed since the last one, e.g. 10m:
+    the most work a node lost without notice can cost (default: none by time; 10m in an elastic
+    job, --nnodes MIN:MAX)."""
     log_steps: int = 10
     """Log loss and speed every N steps to metrics.jsonl."""
     progress: bool = True
@@ -206,6 +210,10 @@ class DistributedConfig:
     """Reduce gradients across ranks, as data parallelism needs. --no-grad-sync sends none
     (torch's noop_hook): a benchmark of what communication costs; each rank then trains on its
     own share and the ranks' models drift apart."""
+    comm_timeout: float = 120.0
+    """Seconds a rank waits in a collective for its peers before it gives up: how long a node
+    lost without a word (its link cut, powered off) holds the others up; in an elastic job they
+    then go on without it. Longer than the slowest checkpoint."""
 
 
 @dataclass(kw_only=True, frozen=True)

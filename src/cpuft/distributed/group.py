@@ -94,6 +94,24 @@ class DistContext:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.tolist()
 
+    def gather_ints(self, value: int) -> list[int]:
+        """Every rank's ``value``, by rank (a collective)."""
+        t = torch.zeros(self.info.world_size, dtype=torch.int64)
+        t[self.info.rank] = value
+        dist.all_reduce(t)
+        return [int(v) for v in t.tolist()]
+
+    def broadcast_bytes(self, data: bytes, src: int) -> bytes:
+        """``src``'s ``data`` on every rank (a collective; other ranks' ``data`` is not read)."""
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        dist.broadcast(size, src=src)
+        buffer = (torch.frombuffer(bytearray(data), dtype=torch.uint8)
+                  if self.info.rank == src and data else
+                  torch.empty(int(size.item()), dtype=torch.uint8))
+        if buffer.numel():
+            dist.broadcast(buffer, src=src)
+        return buffer.numpy().tobytes()
+
     def on_every_rank(self, flag: bool) -> bool:
         """Whether ``flag`` is true on all ranks (a collective: every rank must call it)."""
         return self.all_reduce_sum([1.0 if flag else 0.0])[0] == self.info.world_size
@@ -160,6 +178,10 @@ def _attempt_store(info: RankInfo, timeout: datetime.timedelta) -> dist.Store:
     else:
         store = dist.TCPStore(addr, int(port), world_size=info.world_size, is_master=False,
                               timeout=timeout)
+    if not agent_store:  # a store of this attempt's own, at a port chosen for it
+        return dist.PrefixStore("cpuft/", store)
+    # The agents' count of restarts: the same on every node while no node comes or goes (an
+    # elastic job's store is its own each round: see TORCH_DISABLE_SHARE_RDZV_TCP_STORE).
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return dist.PrefixStore(f"cpuft/attempt{attempt}/", store)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from torch import nn
@@ -69,6 +70,24 @@ def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], keep: in
     the folder synced: a crash leaves the last checkpoint as it was. A write that fails (a full
     disk) removes its own part and says which disk.
     """
+    return _save(output_dir, step, lambda f: torch.save(state, f), keep)
+
+
+def save_checkpoint_bytes(output_dir: Path, step: int, data: bytes, keep: int = 2) -> Path:
+    """Write a checkpoint's file as another node read it (``checkpoint_bytes``), as
+    ``save_checkpoint`` writes one."""
+    return _save(output_dir, step, lambda f: f.write(data), keep)
+
+
+def checkpoint_bytes(path: Path) -> bytes:
+    return (path / STATE_FILE).read_bytes()
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.name.removeprefix(PREFIX))
+
+
+def _save(output_dir: Path, step: int, write: Callable[[BinaryIO], object], keep: int) -> Path:
     _remove_stale_temps(output_dir)
     final = output_dir / f"{PREFIX}{step}"
     tmp = output_dir / f".{PREFIX}{step}.tmp-{os.getpid()}"
@@ -76,7 +95,7 @@ def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], keep: in
     try:
         tmp.mkdir(parents=True)
         with (tmp / STATE_FILE).open("wb") as f:
-            torch.save(state, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(tmp)

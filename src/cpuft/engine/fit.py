@@ -6,7 +6,9 @@ with ``.loss`` (Hugging Face models given ``labels``) or the caller passes
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -68,6 +70,17 @@ class FitConfig:
     """Where checkpoints go; None writes none."""
     save_steps: int = 0
     """Checkpoint every N steps; the last step is always saved when output_dir is set."""
+    save_seconds: float = 0.0
+    """Also checkpoint once this much time has passed since the last checkpoint (0: never by
+    time): what a lost node can cost at most."""
+    checkpoint_every_node: bool = False
+    """The first rank of every node writes its own copy of each checkpoint (distributed runs
+    whose nodes do not share output_dir), not rank 0 alone."""
+    after_stop: str = "rerun with --resume"
+    """What to do after a stop by a signal, for the line that says where the run stopped."""
+    progress_file: str = ""
+    """A file in output_dir where the first rank of every node notes each step reached and the
+    world size ('': none): what a restarted elastic job had trained before it stopped."""
     log_steps: int = 10
     resume_from: Path | None = None
     bucket_cap_mb: float = 0.0
@@ -169,7 +182,11 @@ class _Loop:
                                     loss_fn=loss_fn, forward_model=forward_model, dist=dist)
         self.step = self.epoch = self.position = 0
         self.saved_step = 0
+        self.saved_at = time.perf_counter()
         self.is_main = dist is None or dist.info.is_main
+        first_of_node = dist is None or dist.info.local_rank == 0
+        self.writes_checkpoints = self.is_main or (config.checkpoint_every_node and first_of_node)
+        self.notes_progress = bool(config.progress_file and config.output_dir and first_of_node)
         self.result = FitResult(steps=0, samples=0, tokens=0, train_seconds=0.0,
                                 final_loss=math.nan,
                                 optimizer_kernel=weights.kernel_note if weights else "")
@@ -225,26 +242,35 @@ class _Loop:
             self.position += group
             self.step += 1
             self._record(stats, step_started)
+            if self.notes_progress:
+                self._note_progress()
             at_end = self.position >= n_batches
             if at_end:
                 self.epoch, self.position = self.epoch + 1, 0
             if config.save_steps and self.step % config.save_steps == 0:
                 self._checkpoint()
             signum = stop.get("signal", 0)
+            due = bool(config.save_seconds) and (
+                time.perf_counter() - self.saved_at >= config.save_seconds)
             if self.dist is not None:
                 # A signal reaches each rank at its own moment: the ranks stop at one step, so
                 # that rank 0 is not left waiting in an all-reduce for one that already left.
                 # Only the reduced value decides: a signal that lands after the all-reduce
-                # waits for the next step on every rank alike.
-                signum = int(self.dist.all_reduce_max([float(signum)])[0])
+                # waits for the next step on every rank alike. Clocks differ as well: a
+                # checkpoint one rank finds due is due on all.
+                reduced = self.dist.all_reduce_max([float(signum), float(due)])
+                signum, due = int(reduced[0]), bool(reduced[1])
+            if due:
+                self._checkpoint()
             # Stopped in the last step, the run is done: it ends as any finished run does.
             if signum and self.step < config.total_steps:
                 self._checkpoint()
                 self.logger.close()
                 where = (f"; checkpoint at step {self.step} in {config.output_dir}"
                          if config.output_dir and self.is_main else "")
-                raise Interrupted(f"stopped at step {self.step}{where}: rerun with --resume",
-                                  signum)
+                who = "" if stop.get("signal") else "another rank was told to stop: "
+                raise Interrupted(f"{who}stopped at step {self.step}{where}: "
+                                  f"{config.after_stop}", signum)
             if at_end:
                 return
 
@@ -263,13 +289,16 @@ class _Loop:
         result.step_seconds.append(now - step_started)
         result.step_tokens.append(stats.tokens)
         elapsed = max(now - window["start"], 1e-9)
+        # Between reductions, the job's pace from this rank's: every rank takes an equal share
+        # of each global batch.
+        world = dist.info.world_size if dist is not None else 1
         record = {
             "step": self.step,
             "epoch": self.epoch,
             "loss": stats.loss,
             "lr": self.scheduler.get_last_lr()[0],
-            "samples_per_second": window["samples"] / elapsed,
-            "tokens_per_second": window["tokens"] / elapsed,
+            "samples_per_second": window["samples"] * world / elapsed,
+            "tokens_per_second": window["tokens"] * world / elapsed,
             "seconds": now - self.started,
         }
         self.logger.step(record)
@@ -283,19 +312,32 @@ class _Loop:
             self.logger.log(record)
             self.window = {"samples": 0, "tokens": 0, "start": now}
 
+    def _note_progress(self) -> None:
+        assert self.config.output_dir is not None
+        world = self.dist.info.world_size if self.dist is not None else 1
+        path = self.config.output_dir / self.config.progress_file
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"step": self.step, "world_size": world}))
+        os.replace(tmp, path)
+
     def _checkpoint(self) -> None:
         """Write the state after this step once, however many reasons there are to save it."""
         config = self.config
-        if config.output_dir is None or not self.is_main or self.step == self.saved_step:
+        if config.output_dir is None or self.step == self.saved_step:
             return
-        self.saved_step = self.step
+        self.saved_step, self.saved_at = self.step, time.perf_counter()
+        rng = torch.get_rng_state()
+        if config.checkpoint_every_node and self.dist is not None:
+            self.dist.broadcast_from_main([rng])  # every copy the same: rank 0's
+        if not self.writes_checkpoints:
+            return
         weights = self.weights
         model_state = weights.state_dict() if weights is not None else self.model.state_dict()
         save_checkpoint(config.output_dir, self.step, {
             "model": trained_state(self.model, model_state),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "rng": torch.get_rng_state(),
+            "rng": rng,
             "step": self.step,
             "epoch": self.epoch,
             "position": self.position,

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from cpuft.forecast.comm import Link, allgather_seconds, ring_allreduce_seconds
+from cpuft.forecast.preemption import Preemption, expected_preemptions, spot_wall_seconds
 
 ISA_SPEED = {"avx2": 1.0, "avx512": 1.25, "avx512_bf16": 1.8, "amx": 2.6}
 """Training speed per physical core of each ISA class, against AVX2 in fp32, in the precision
@@ -87,6 +88,11 @@ class Forecast:
     """Speed on ``nodes`` nodes against ``nodes`` times one node's."""
     cost_on_demand: float | None
     cost_spot: float | None
+    """On spot nodes, with the time preemptions cost (``math.inf`` where it never ends)."""
+    spot_wall_seconds: float = 0.0
+    """The wall time on spot nodes, preemptions counted (``math.inf``: it never ends)."""
+    spot_preemptions: float = 0.0
+    """Preemptions expected over the spot run."""
 
 
 def step_seconds(steps: tuple[tuple[float, float], ...], samples: float) -> float:
@@ -111,7 +117,10 @@ def comm_seconds(cal: Calibration, nodes: int, link: Link) -> float:
             + allgather_seconds(cal.sparse_gradient_bytes, nodes, link))
 
 
-def forecast(cal: Calibration, target: Target, job: Job, nodes: int) -> Forecast:
+def forecast(cal: Calibration, target: Target, job: Job, nodes: int,
+             preemption: Preemption | None = None) -> Forecast:
+    """The job on ``nodes`` nodes; on spot nodes taken back as ``preemption`` says (None:
+    never)."""
     longer = (job.tokens_per_sample / cal.tokens_per_sample
               if job.tokens_per_sample and cal.tokens_per_sample else 1.0)
     compute = compute_seconds(cal, target, job.global_batch / nodes) * longer
@@ -119,15 +128,18 @@ def forecast(cal: Calibration, target: Target, job: Job, nodes: int) -> Forecast
     step = compute + comm * (1 - cal.hidden_share)
     wall = step * job.steps
     one_node = compute_seconds(cal, target, job.global_batch) * longer
-    hours = wall / 3600 * nodes
+    spot_wall = wall if preemption is None else spot_wall_seconds(wall, nodes, preemption)
 
-    def cost(price: float | None) -> float | None:
-        return None if price is None else hours * price
+    def cost(price: float | None, seconds: float) -> float | None:
+        return None if price is None else seconds / 3600 * nodes * price
 
     return Forecast(nodes=nodes, compute_seconds=compute, comm_seconds=comm, step_seconds=step,
                     wall_seconds=wall, efficiency=one_node / step / nodes,
-                    cost_on_demand=cost(target.on_demand_per_hour),
-                    cost_spot=cost(target.spot_per_hour))
+                    cost_on_demand=cost(target.on_demand_per_hour, wall),
+                    cost_spot=cost(target.spot_per_hour, spot_wall),
+                    spot_wall_seconds=spot_wall,
+                    spot_preemptions=(0.0 if preemption is None else
+                                      expected_preemptions(spot_wall, nodes, preemption)))
 
 
 def cheapest_within(forecasts: list[Forecast], deadline_s: float) -> Forecast | None:

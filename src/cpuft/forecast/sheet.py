@@ -3,29 +3,17 @@ past which a node stops paying, every assumption; as a document, a table and a c
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from cpuft.durations import duration
 from cpuft.errors import CpuftError
 from cpuft.forecast.calibration import Calibrated
-from cpuft.forecast.model import Job, Target, cheapest_within, forecast, last_paying
-
-DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
-UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``30m``, ``2h``, ``1h30m``, ``90s`` or ``90``."""
-    parts = DURATION.findall(text.strip().lower())
-    if not parts or "".join(n + u for n, u in parts) != text.strip().lower():
-        raise CpuftError(f"--deadline {text!r}: give a duration such as 30m, 2h, 1h30m")
-    seconds = sum(float(n) * UNIT_SECONDS[u] for n, u in parts)
-    if seconds <= 0:
-        raise CpuftError(f"--deadline {text!r} must be longer than nothing")
-    return seconds
+from cpuft.forecast.model import Forecast, Job, Target, cheapest_within, forecast, last_paying
+from cpuft.forecast.preemption import Preemption
 
 
 def parse_nodes(text: str) -> list[int]:
@@ -38,19 +26,30 @@ def parse_nodes(text: str) -> list[int]:
     return nodes
 
 
-def duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds // 3600:.0f}h{seconds % 3600 / 60:02.0f}m"
+def _row(f: Forecast, job: Job) -> dict[str, Any]:
+    # JSON has no infinity: a spot run that never ends has no wall time and no cost.
+    row = {k: (None if isinstance(v, float) and math.isinf(v) else v)
+           for k, v in asdict(f).items()}
+    return {**row, "spot_ends": math.isfinite(f.spot_wall_seconds),
+            "global_batch": job.global_batch, "steps": job.steps}
+
+
+def preemption_note(p: Preemption | None) -> str:
+    if p is None:
+        return "spot nodes never taken back (give --preemptions-per-hour for the spot column)"
+    return (f"spot nodes taken back {p.per_node_hour:g} times a node-hour; each loss costs "
+            f"half the checkpoint interval ({duration(p.checkpoint_every_s)}, so "
+            f"{duration(p.checkpoint_every_s / 2)} of work) and {duration(p.restart_s)} to "
+            "restart, on every node")
 
 
 def plan_sheet(cal: Calibrated, target: Target, job_of: Callable[[int], Job], nodes: list[int],
                *,
-               deadline_s: float | None, min_gain: float, notes: list[str]) -> dict[str, Any]:
-    """The document: ``job_of(k)`` is the job on k nodes (its global batch may grow with k)."""
-    runs = [forecast(cal.calibration, target, job_of(k), k) for k in nodes]
+               deadline_s: float | None, min_gain: float, notes: list[str],
+               preemption: Preemption | None = None) -> dict[str, Any]:
+    """The document: ``job_of(k)`` is the job on k nodes (its global batch may grow with k);
+    the spot column counts ``preemption``'s losses."""
+    runs = [forecast(cal.calibration, target, job_of(k), k, preemption) for k in nodes]
     sheet: dict[str, Any] = {
         "target": {"name": target.name, "cores": target.cores, "isa": target.isa,
                    "link_gbit": target.link.gbit, "latency_us": target.link.latency_s * 1e6,
@@ -58,9 +57,10 @@ def plan_sheet(cal: Calibrated, target: Target, job_of: Callable[[int], Job], no
                    "spot_per_hour": target.spot_per_hour},
         "recipe": cal.recipe, "model": cal.model,
         "calibration": asdict(cal.calibration),
-        "measured": cal.measured, "assumed": [*cal.assumed, *notes],
-        "nodes": [{**asdict(f), "global_batch": job_of(f.nodes).global_batch,
-                   "steps": job_of(f.nodes).steps} for f in runs],
+        "measured": cal.measured,
+        "assumed": [*cal.assumed, *notes, preemption_note(preemption)],
+        "preemption": None if preemption is None else asdict(preemption),
+        "nodes": [_row(f, job_of(f.nodes)) for f in runs],
         "min_gain": min_gain,
         "last_paying_nodes": last_paying(runs, min_gain).nodes,
     }
@@ -80,15 +80,31 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
 
+def _spot(f: dict[str, Any], preempted: bool) -> list[str]:
+    if not f["spot_ends"]:
+        return ["never", "-", "never"]
+    if not preempted:
+        return [_money(f["cost_spot"])]
+    return [duration(f["spot_wall_seconds"]), f"{f['spot_preemptions']:.1f}",
+            _money(f["cost_spot"])]
+
+
 def table_rows(sheet: dict[str, Any]) -> list[list[str]]:
+    preempted = sheet["preemption"] is not None
     return [[str(f["nodes"]), str(f["global_batch"]), duration(f["wall_seconds"]),
              f"{f['step_seconds']:.3f}s", f"{f['comm_seconds']:.3f}s",
-             f"{f['efficiency']:.0%}", _money(f["cost_on_demand"]), _money(f["cost_spot"])]
+             f"{f['efficiency']:.0%}", _money(f["cost_on_demand"]), *_spot(f, preempted)]
             for f in sheet["nodes"]]
 
 
 COLUMNS = ("nodes", "global batch", "wall time", "step", "comm (before hiding)", "efficiency",
-           "on-demand", "spot")
+           "on-demand")
+
+
+def columns(sheet: dict[str, Any]) -> tuple[str, ...]:
+    if sheet["preemption"] is None:
+        return (*COLUMNS, "spot")
+    return (*COLUMNS, "spot wall time", "preemptions", "spot")
 
 
 def verdicts(sheet: dict[str, Any]) -> list[str]:
@@ -128,8 +144,10 @@ def chart(sheet: dict[str, Any], path: Path) -> None:
     if all(c[0] is not None for c in costs):
         money = ax.twinx()
         money.plot(nodes, [c[0] for c in costs], "s-", color="#5c8ac4", label="cost on-demand")
-        if all(c[1] is not None for c in costs):
-            money.plot(nodes, [c[1] for c in costs], "s--", color="#5c8ac4", label="cost spot")
+        spot = [(k, c[1]) for k, c in zip(nodes, costs, strict=True)
+                if c[1] is not None and math.isfinite(c[1])]
+        if spot:  # a spot run that never ends has no point
+            money.plot(*zip(*spot, strict=True), "s--", color="#5c8ac4", label="cost spot")
         money.set_ylabel("cost (US$)", color="#5c8ac4")
         money.set_ylim(bottom=0)
     fig.legend(loc="lower center", ncol=4, fontsize=8, frameon=False)

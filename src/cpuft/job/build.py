@@ -5,20 +5,29 @@ plan left open (precision, compile) is settled."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from cpuft.config import TrainConfig
 from cpuft.distributed.group import DistContext
+from cpuft.durations import parse_duration
 from cpuft.engine.fit import BatchSource, FitConfig
 from cpuft.engine.step import TrainStep
 from cpuft.errors import CpuftError
+from cpuft.launch.commands import ELASTIC_ENV, ELASTIC_SAVE_EVERY
 from cpuft.recipes import get_recipe
 from cpuft.recipes.base import Recipe, Task
 from cpuft.speedplan.resolve import settle_compile
 from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.speedups.bf16_weights import weights_for
 from cpuft.speedups.registry import apply_speedups
+
+
+def save_seconds(save_every: str, elastic_nodes: str) -> float:
+    """Seconds between checkpoints by time: --save-every's, else an elastic job's default."""
+    every = save_every or (ELASTIC_SAVE_EVERY if elastic_nodes else "")
+    return parse_duration(every, "--save-every") if every else 0.0
 
 
 def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
@@ -39,6 +48,7 @@ def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
         compile=plan.compile == "on",
         output_dir=output_dir,
         save_steps=cfg.output.save_steps,
+        save_seconds=save_seconds(cfg.output.save_every, os.environ.get(ELASTIC_ENV, "")),
         log_steps=cfg.output.log_steps,
         resume_from=resume_from,
         bucket_cap_mb=d.bucket_cap_mb,

@@ -69,16 +69,30 @@ def fit_to_world(out: Path, cfg: TrainConfig, world: int) -> TrainConfig:
     marker = _marker(out)
     saved_world = int(marker.get("world_size", world))
     saved_batch = marker["config"].get("batch_size")
-    if saved_world == world or saved_batch != cfg.optimization.batch_size:
+    # The batch a rank took when the run began, before any resume on another world changed it:
+    # given again (the same command, restarted), it means the run's global batch.
+    given = marker.get("given_batch_size", saved_batch)
+    if cfg.optimization.batch_size not in (saved_batch, given) or not saved_batch:
         return cfg
     global_batch = saved_batch * saved_world
     if global_batch % world:
         raise CpuftError(f"--resume: the run's global batch of {global_batch} samples does not "
                          f"split over {world} ranks: resume on a number of ranks that divides it")
-    LOG.info(f"resuming a run of {saved_world} rank(s) on {world}: {global_batch // world} "
-             f"samples a rank, the same global batch of {global_batch}")
+    if saved_world != world:
+        LOG.info(f"resuming a run of {saved_world} rank(s) on {world}: {global_batch // world} "
+                 f"samples a rank, the same global batch of {global_batch}")
     return replace(cfg, optimization=replace(cfg.optimization,
                                              batch_size=global_batch // world))
+
+
+def write_marker(out: Path, cfg: TrainConfig, world: int, resumed: bool) -> None:
+    """Mark ``out`` as this run's: its settings and world, and the batch a rank took when it
+    began (what a later resume on another world keeps the global batch by)."""
+    given = cfg.optimization.batch_size
+    if resumed and (out / RUN_MARKER).is_file():
+        given = _marker(out).get("given_batch_size", given)
+    (out / RUN_MARKER).write_text(json.dumps({"config": to_flat(cfg), "world_size": world,
+                                              "given_batch_size": given}, indent=2) + "\n")
 
 
 def check_resume_settings(out: Path, cfg: TrainConfig, world: int = 1) -> None:

@@ -10,22 +10,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cpuft.config import TrainConfig, to_flat
+from cpuft.config import TrainConfig
 from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.engine.fit import FitResult, LossNotFinite, fit
 from cpuft.errors import CpuftError
+from cpuft.job import elastic
 from cpuft.job.build import Run, build_run
 from cpuft.job.forecast_inputs import forecast_inputs
 from cpuft.job.outdir import (
-    RUN_MARKER,
     check_output_dir,
     check_resume_settings,
     clear_output_dir,
     fit_to_world,
     metric_sinks,
     settle_previous,
+    write_marker,
 )
+from cpuft.launch.commands import ELASTIC_ENV
 from cpuft.log import get_logger
 from cpuft.metrics import MetricLogger, MetricSink
 from cpuft.metrics.pace import steady_rate, steady_seconds, warmup_steps
@@ -40,22 +42,26 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     """The ``cpuft train`` job in this process, one rank of a job or the only one: set the
     process up, train, and leave the job; the summary (empty on ranks other than 0)."""
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    if restarted or cfg.output.resume == "auto":
-        # torchrun restarted the workers after a failure, or a requeued job asks: continue from
-        # the last checkpoint, or replace a start that never reached one.
-        found = latest_checkpoint(Path(cfg.output.output_dir)) is not None
-        cfg = replace(cfg, output=replace(cfg.output, resume="yes" if found else "no",
-                                          overwrite=cfg.output.overwrite or not found))
     runtime = start(cfg)
     try:
-        return run_train(cfg, runtime.plan, runtime.dist)
+        out = Path(cfg.output.output_dir)
+        # Every start of an elastic job follows a change of membership, or is the first.
+        begun = elastic.begin(out, runtime.dist) if os.environ.get(ELASTIC_ENV) else None
+        if restarted or begun is not None or cfg.output.resume == "auto":
+            # torchrun restarted the workers, or a requeued job asks: continue from the last
+            # checkpoint, or replace a start that never reached one.
+            found = latest_checkpoint(out) is not None
+            cfg = replace(cfg, output=replace(cfg.output, resume="yes" if found else "no",
+                                              overwrite=cfg.output.overwrite or not found))
+        return run_train(cfg, runtime.plan, runtime.dist, begun)
     finally:
         runtime.close()
 
 
-def run_train(cfg: TrainConfig, plan: SpeedPlan,
-              dist: DistContext | None = None) -> dict[str, Any]:
-    """Run the whole job and return the summary (also written to summary.json by rank 0)."""
+def run_train(cfg: TrainConfig, plan: SpeedPlan, dist: DistContext | None = None,
+              begun: elastic.Start | None = None) -> dict[str, Any]:
+    """Run the whole job and return the summary (also written to summary.json by rank 0);
+    ``begun``: this start of an elastic job."""
     main = dist is None or dist.info.is_main
     world = dist.info.world_size if dist else 1
     out, resume_from = Path(cfg.output.output_dir), None
@@ -71,19 +77,26 @@ def run_train(cfg: TrainConfig, plan: SpeedPlan,
             check_resume_settings(out, cfg, world)
         aside = clear_output_dir(out, resume_from)
     try:
-        return _train(run, out, resume_from, dist)
+        return _train(run, out, resume_from, dist, begun)
     finally:
         if main:
             settle_previous(out, aside)
 
 
-def _train(run: Run, out: Path, resume_from: Path | None,
-           dist: DistContext | None) -> dict[str, Any]:
+def _train(run: Run, out: Path, resume_from: Path | None, dist: DistContext | None,
+           begun: elastic.Start | None) -> dict[str, Any]:
     cfg, main = run.cfg, dist is None or dist.info.is_main
+    # Where the nodes do not share the folder, the first rank of each keeps its own run files.
+    own_copy = begun is not None and not begun.shared and dist is not None \
+        and dist.info.local_rank == 0 and not main
     if dist is not None:
         dist.barrier()  # rank 0 has checked, cleared or found the output dir
         if not main:
             resume_from = latest_checkpoint(out) if cfg.output.resume == "yes" else None
+    if begun is not None and (main or own_copy):
+        elastic.write_history(out, begun.history)
+        if own_copy:
+            write_marker(out, run.cfg, run.world_size, resume_from is not None)
     before = _before(run, out, resume_from, main)
     logger = MetricLogger(_start_run_folder(run, out, resume_from) if main else [])
     if main:
@@ -91,17 +104,27 @@ def _train(run: Run, out: Path, resume_from: Path | None,
         if dist is not None and not cfg.distributed.grad_sync:
             LOG.info("--no-grad-sync: the ranks send no gradients, so each trains apart on its "
                      "own share; this run measures speed, its model is rank 0's alone")
+    fit_cfg = run.fit_config(out, resume_from)
+    if begun is not None:
+        fit_cfg = replace(fit_cfg, checkpoint_every_node=not begun.shared,
+                          progress_file=elastic.PROGRESS_FILE,
+                          after_stop="an elastic job goes on from there once its nodes meet "
+                                     "again (a node came or went), or with --resume")
     try:
-        result = fit(run.task.model, run.source, run.fit_config(out, resume_from),
-                     loss_fn=run.task.loss_fn, logger=logger, dist=dist)
+        result = fit(run.task.model, run.source, fit_cfg, loss_fn=run.task.loss_fn,
+                     logger=logger, dist=dist)
     except LossNotFinite as e:
         raise CpuftError(f"{e}: lower --lr (now {cfg.optimization.lr:g})") from None
+    if begun is not None and (main or own_copy):
+        (out / elastic.PROGRESS_FILE).unlink(missing_ok=True)  # the run has ended: no restart
     speeds = _speeds(run, result, dist)
     if not main:
         return {}
     evals = run.task.evaluate(run.task.model, run.plan)
     run.task.save(run.task.model, out)
     summary = _summary(run, result, speeds, evals, dist, resume_from)
+    if begun is not None:
+        summary["membership"] = begun.history
     if before is not None:
         summary["before"] = before
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -128,8 +151,7 @@ def _before(run: Run, out: Path, resume_from: Path | None,
 
 def _start_run_folder(run: Run, out: Path, resume_from: Path | None) -> list[MetricSink]:
     """Mark the folder as this run's, and the sinks its metrics go to."""
-    (out / RUN_MARKER).write_text(json.dumps({"config": to_flat(run.cfg),
-                                              "world_size": run.world_size}, indent=2) + "\n")
+    write_marker(out, run.cfg, run.world_size, resume_from is not None)
     run.task.write_metadata(out)
     if resume_from is not None:
         LOG.info(f"resuming from {resume_from}")

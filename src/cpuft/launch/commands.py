@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cpuft.errors import CpuftError
+from cpuft.launch import elastic
 from cpuft.launch.hostfile import Host
 from cpuft.launch.names import check_env_name, check_host
 from cpuft.launch.program import user_command
@@ -24,6 +25,11 @@ FORWARD_PREFIXES = ("CPUFT_", "OMP_", "KMP_", "GOMP_", "HF_", "TOKENIZERS_", "MA
 
 WORLD_SIZE_ENV = "CPUFT_WORLD_SIZE"
 """The world the launcher asked for, where it knows it; a rank in another refuses to train."""
+ELASTIC_ENV = "CPUFT_ELASTIC_NODES"
+"""An elastic job's ``MIN:MAX`` nodes: its ranks' world changes as nodes come and go."""
+ELASTIC_SAVE_EVERY = "10m"
+"""An elastic job's --save-every where none is given: a node lost without notice costs at most
+this much work."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -62,10 +68,21 @@ class LaunchConfig:
     """Slurm: the CPUs srun gives each node's launcher (0: srun's default)."""
     comm_cores: int = 0
     """Slurm: handed to each node's launcher, which keeps them for communication."""
+    min_nodes: int = 0
+    """An elastic job's fewest nodes (``--nnodes MIN:MAX``); 0: a job of fixed nodes."""
+    store_host: str = ""
+    """An elastic job with a hostfile: the host where the launcher starts the rendezvous store
+    (``cpuft rendezvous``) through the remote shell."""
+    rejoin_after_s: float = elastic.REJOIN_AFTER_S
+    """An elastic job with a hostfile: how long before a lost host is tried again."""
 
     @property
     def world_size(self) -> int:
         return (self.nnodes or len(self.hosts)) * self.nproc_per_node
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes > 0
 
 
 def torchrun_args(cfg: LaunchConfig, node_rank: int) -> list[str]:
@@ -74,16 +91,21 @@ def torchrun_args(cfg: LaunchConfig, node_rank: int) -> list[str]:
     host = cfg.hosts[0 if cfg.nnodes else node_rank]
     if cfg.nnodes:
         node_rank = cfg.node_rank
+    nodes = cfg.nnodes or len(cfg.hosts)
+    if cfg.elastic:  # the store is served apart, by `cpuft rendezvous`
+        shape = [f"--nnodes={cfg.min_nodes}:{nodes}", f"--rdzv-conf={elastic.rdzv_conf()}",
+                 f"--max-restarts={max(cfg.max_restarts, elastic.RESTARTS)}"]
+    else:  # the first host serves the rendezvous store; the others must not try to
+        shape = [f"--nnodes={nodes}",
+                 f"--rdzv-conf=is_host={'true' if node_rank == 0 else 'false'}",
+                 f"--max-restarts={cfg.max_restarts}"]
     args = [
-        cfg.python, "-m", "cpuft.distributed.agent",
-        f"--nnodes={cfg.nnodes or len(cfg.hosts)}",
+        cfg.python, "-m", "cpuft.distributed.agent", shape[0],
         f"--nproc-per-node={cfg.nproc_per_node}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={cfg.master_addr}:{cfg.master_port}",
         f"--rdzv-id={cfg.rdzv_id}",
-        # The first host serves the rendezvous store; the others must not try to.
-        f"--rdzv-conf=is_host={'true' if node_rank == 0 else 'false'}",
-        f"--max-restarts={cfg.max_restarts}",
+        *shape[1:],
         "--monitor-interval=1",
     ]
     if host.name in cfg.host_addr:
@@ -142,8 +164,20 @@ def _remote_start(cfg: LaunchConfig, host: str, env: dict[str, str],
 
 def ssh_commands(cfg: LaunchConfig) -> list[RemoteStart]:
     """Per host, what starts its torchrun agent there."""
-    return [_remote_start(cfg, host.name, _env_for(cfg, host.name), torchrun_args(cfg, rank))
-            for rank, host in enumerate(cfg.hosts)]
+    return [ssh_command(cfg, rank) for rank in range(len(cfg.hosts))]
+
+
+def ssh_command(cfg: LaunchConfig, rank: int) -> RemoteStart:
+    """What starts the torchrun agent of the ``rank``-th host (again, after it was lost)."""
+    host = cfg.hosts[rank].name
+    return _remote_start(cfg, host, _env_for(cfg, host), torchrun_args(cfg, rank))
+
+
+def store_command(cfg: LaunchConfig) -> RemoteStart:
+    """An elastic job's rendezvous store, served on ``store_host`` at the rendezvous address."""
+    listen = f"{check_host(cfg.master_addr)}:{cfg.master_port}"
+    return _remote_start(cfg, cfg.store_host, {},
+                         [cfg.python, "-m", "cpuft", "rendezvous", "--listen", listen])
 
 
 def direct_commands(cfg: LaunchConfig) -> list[RemoteStart]:

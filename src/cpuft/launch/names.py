@@ -27,3 +27,11 @@ def check_env_name(name: str) -> str:
     if not _ENV_NAME.fullmatch(name):
         raise CpuftError(f"environment variable name {name!r} is not a shell name")
     return name
+
+
+def parse_endpoint(text: str, flag: str) -> tuple[str, int]:
+    """(host, port) of ``HOST:PORT``, each checked; else one line naming ``flag``."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise CpuftError(f"{flag} {text!r}: give HOST:PORT")
+    return check_host(host, flag), int(port)

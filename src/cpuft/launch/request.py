@@ -15,13 +15,15 @@ from dataclasses import dataclass, field, replace
 from cpuft.errors import CpuftError
 from cpuft.launch.commands import (
     DEFAULT_REMOTE_SHELL,
+    ELASTIC_ENV,
     WORLD_SIZE_ENV,
     LaunchConfig,
     forwarded_env,
 )
+from cpuft.launch.elastic import REJOIN_AFTER_S
 from cpuft.launch.hostfile import Host, read_hostfile
-from cpuft.launch.names import check_host
-from cpuft.launch.run import check_port, resolve_network
+from cpuft.launch.names import check_host, parse_endpoint
+from cpuft.launch.run import check_port, host_address, resolve_network
 from cpuft.scheduler.node import scheduler_endpoint, scheduler_node_rank
 from cpuft.scheduler.slurm import Allocation, allocation
 from cpuft.speedplan.allocator import allocator_env, choose_allocator
@@ -56,7 +58,12 @@ class LaunchRequest:
     program: tuple[str, ...] = ("-m", "cpuft", "train")
     """What each rank runs after the interpreter (cpuft.launch.program)."""
     nnodes: int | None = None
-    """Per-node mode: the job's nodes, this launcher starting this node's ranks alone."""
+    """Per-node mode: the job's nodes (an elastic job's most), this launcher starting this
+    node's ranks alone; with a hostfile, an elastic job's most nodes."""
+    min_nodes: int | None = None
+    """An elastic job (``--nnodes MIN:MAX``): the fewest nodes it goes on with."""
+    rejoin_after_s: float = REJOIN_AFTER_S
+    """An elastic job with a hostfile: how long before a lost host is tried again."""
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
     """Per-node mode: HOST:PORT of node 0, where the rendezvous store listens."""
@@ -111,22 +118,25 @@ def _endpoint(req: LaunchRequest) -> tuple[str, int]:
     if req.hostfile or req.launcher or req.master_addr:
         raise CpuftError("--nnodes starts this node's ranks alone: it takes no --hostfile, "
                          "--launcher or --master-addr (node 0 is --rdzv-endpoint)")
-    if req.node_rank is None or not req.rdzv_endpoint:
+    if req.min_nodes is not None:  # c10d ranks the nodes itself; the store is served apart
+        if not req.rdzv_endpoint:
+            raise CpuftError(f"--nnodes {req.min_nodes}:{req.nnodes} needs --rdzv-endpoint "
+                             "HOST:PORT, where `cpuft rendezvous` serves the job's store on a "
+                             "host that no spot loss can take")
+    elif req.node_rank is None or not req.rdzv_endpoint:
         raise CpuftError("--nnodes needs --node-rank R (or a scheduler that sets it: srun, "
                          "Kubeflow) and --rdzv-endpoint HOST:PORT")
-    if req.nnodes is None or req.nnodes < 1 or not 0 <= req.node_rank < req.nnodes:
+    elif req.nnodes is None or req.nnodes < 1 or not 0 <= req.node_rank < req.nnodes:
         raise CpuftError(f"--node-rank {req.node_rank} is not a node of --nnodes {req.nnodes}")
-    host, sep, port = req.rdzv_endpoint.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise CpuftError(f"--rdzv-endpoint {req.rdzv_endpoint!r}: give HOST:PORT")
-    check_host(host, "--rdzv-endpoint")
+    assert req.rdzv_endpoint is not None and req.nnodes is not None
+    host, port = parse_endpoint(req.rdzv_endpoint, "--rdzv-endpoint")
     addr = _resolve(host.strip("[]"), req.resolve_wait_s)
     if req.nnodes > 1 and ipaddress.ip_address(addr).is_loopback:
         raise CpuftError(f"--rdzv-endpoint {host} is a loopback address ({addr}): the other "
                          f"{req.nnodes - 1} node(s) cannot reach it; give node 0's address")
     if req.rdzv_id is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", req.rdzv_id):
         raise CpuftError(f"--rdzv-id {req.rdzv_id!r}: letters, digits, '.', '_' and '-' only")
-    return addr, int(port)
+    return addr, port
 
 
 def _slurm_launch(req: LaunchRequest, alloc: Allocation | None) -> LaunchConfig:
@@ -153,6 +163,29 @@ def _slurm_launch(req: LaunchRequest, alloc: Allocation | None) -> LaunchConfig:
     )
 
 
+def _elastic_hosts(req: LaunchRequest, hosts: list[Host]) -> str:
+    """An elastic job over a hostfile: its checks; the host that serves the store."""
+    if req.launcher not in (None, "ssh"):
+        raise CpuftError(f"--nnodes {req.min_nodes}:{req.nnodes} starts one torchrun a host "
+                         f"through the remote shell: --launcher {req.launcher} cannot")
+    if req.nnodes != len(hosts):
+        raise CpuftError(f"--nnodes {req.min_nodes}:{req.nnodes}: the hostfile lists "
+                         f"{len(hosts)} host(s); MAX is their number")
+    if not req.rdzv_endpoint:
+        raise CpuftError(f"--nnodes {req.min_nodes}:{req.nnodes} needs --rdzv-endpoint "
+                         "HOST:PORT: a host that no spot loss can take (the login host, an "
+                         "on-demand node), where cpuft serves the job's rendezvous store")
+    if req.master_addr:
+        raise CpuftError("an elastic job meets at --rdzv-endpoint: drop --master-addr")
+    if req.rejoin_after_s <= 0:
+        raise CpuftError("--rejoin-after must be longer than nothing")
+    host, _ = parse_endpoint(req.rdzv_endpoint, "--rdzv-endpoint")
+    if host in {h.name for h in hosts}:
+        raise CpuftError(f"--rdzv-endpoint {host} is a host of the job: its loss would end "
+                         "the job; serve the store on a host that is not in the hostfile")
+    return host
+
+
 def build_launch(req: LaunchRequest, check_network: bool = True,
                  environ: dict[str, str] | None = None) -> LaunchConfig:
     """The LaunchConfig for ``req``. ``check_network=False`` leaves the network (master address,
@@ -160,7 +193,7 @@ def build_launch(req: LaunchRequest, check_network: bool = True,
     scheduler started it."""
     environ = dict(os.environ) if environ is None else environ
     alloc = allocation(environ)
-    per_node = req.nnodes is not None
+    per_node = req.nnodes is not None and not req.hostfile
     if req.launcher == "slurm" or (alloc and not per_node and not req.launcher
                                    and not req.hostfile):
         return _slurm_launch(req, alloc)
@@ -168,11 +201,17 @@ def build_launch(req: LaunchRequest, check_network: bool = True,
         req = replace(req, node_rank=scheduler_node_rank(environ))
     if per_node and req.rdzv_endpoint is None:
         req = replace(req, rdzv_endpoint=scheduler_endpoint(environ))
-    if not per_node and (req.node_rank is not None or req.rdzv_endpoint or req.rdzv_id):
+    if req.nnodes is None and (req.node_rank is not None or req.rdzv_endpoint or req.rdzv_id):
         raise CpuftError("--node-rank, --rdzv-endpoint and --rdzv-id go with --nnodes")
+    if req.hostfile and req.nnodes is not None and req.min_nodes is None:
+        raise CpuftError("--nnodes with --hostfile takes MIN:MAX, an elastic job over the "
+                         "hostfile's hosts (without --hostfile, --nnodes N starts one node's "
+                         "ranks alone)")
     endpoint = _endpoint(req) if per_node else None
     hosts = ([Host(socket.gethostname())] if per_node else
              read_hostfile(req.hostfile) if req.hostfile else [Host("localhost")])
+    store_host = (_elastic_hosts(req, hosts) if req.hostfile and req.nnodes is not None
+                  else "")
     if req.master_addr is not None:
         check_host(req.master_addr, "--master-addr")
     launcher = "node" if per_node else req.launcher or ("ssh" if req.hostfile else "local")
@@ -191,7 +230,13 @@ def build_launch(req: LaunchRequest, check_network: bool = True,
               "communicate, so those cores stay idle", file=sys.stderr)
     job = uuid.uuid4().hex[:12]
     env = {**forwarded_env(dict(os.environ)), **node_env(placements), "CPUFT_JOB": job}
-    if not (per_node and req.nproc_per_node in (None, "auto")):
+    if req.min_nodes is not None:
+        env[ELASTIC_ENV] = f"{req.min_nodes}:{req.nnodes}"
+        # torchrun's agents share a store served by the first round's rank 0 and keep its
+        # address across rounds: once that node is lost, the others wait on it for good. Each
+        # round's rank 0 then serves its workers' store afresh.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    elif not (per_node and req.nproc_per_node in (None, "auto")):
         # Every node's count is known here (a per-node 'auto' is each node's own): a world
         # that forms otherwise is refused by its ranks (distributed.group.init_distributed).
         env[WORLD_SIZE_ENV] = str((req.nnodes or len(hosts)) * nproc)
@@ -206,14 +251,23 @@ def build_launch(req: LaunchRequest, check_network: bool = True,
         workdir=os.getcwd(), python=sys.executable, module_args=list(req.program),
         train_args=list(req.train_args), env=env,
         run_as_root=os.geteuid() == 0, rdzv_id=(req.rdzv_id or "cpuft") if per_node else job,
-        nnodes=req.nnodes or 0, node_rank=req.node_rank or 0,
+        nnodes=req.nnodes if per_node and req.nnodes else 0, node_rank=req.node_rank or 0,
+        min_nodes=req.min_nodes or 0, store_host=store_host,
+        rejoin_after_s=req.rejoin_after_s,
     )
+    if store_host:
+        cfg.rdzv_id, cfg.master_port = req.rdzv_id or job, parse_endpoint(
+            req.rdzv_endpoint or "", "--rdzv-endpoint")[1]
     if not check_network:
         return cfg
     if launcher == "local":
         cfg.host_env["localhost"] = {"CPUFT_HOST": socket.gethostname()}
         if not _port_free(cfg.master_port):
             raise CpuftError(f"port {cfg.master_port} is in use here: pass --master-port")
+    elif launcher == "ssh" and store_host:
+        cfg.master_addr = host_address(cfg, store_host)
+        resolve_network(cfg, master_given=True)
+        check_port(cfg, store_host)
     elif launcher == "ssh":
         resolve_network(cfg, master_given=bool(req.master_addr))
         check_port(cfg)
@@ -224,6 +278,6 @@ def build_launch(req: LaunchRequest, check_network: bool = True,
             resolve_network(cfg, master_given=True)
         else:
             cfg.host_env[hosts[0].name] = {"CPUFT_HOST": hosts[0].name}
-        if cfg.node_rank == 0:
+        if cfg.node_rank == 0 and not cfg.elastic:  # an elastic job's store is served apart
             check_port(cfg)
     return cfg

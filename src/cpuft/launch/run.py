@@ -48,18 +48,21 @@ def probe(cfg: LaunchConfig, host: str, script: str) -> str:
     return proc.stdout
 
 
+def host_address(cfg: LaunchConfig, host: str) -> str:
+    """``host``'s address on the cluster's network: itself where it is one, else its first IPv4
+    address besides loopback, as it says."""
+    if is_ip(host):
+        return host.strip("[]")
+    addrs = parse_addrs(probe(cfg, host, "ip -o -4 addr show"))
+    if not addrs:
+        raise CpuftError(f"host {host} has no IPv4 address besides loopback: pass --master-addr")
+    return addrs[0][1]
+
+
 def resolve_network(cfg: LaunchConfig, master_given: bool) -> None:
     """Master address from the first host; per host, the interface and address that reach it."""
-    first = cfg.hosts[0].name
     if not master_given:
-        if is_ip(first):
-            cfg.master_addr = first.strip("[]")
-        else:
-            addrs = parse_addrs(probe(cfg, first, "ip -o -4 addr show"))
-            if not addrs:
-                raise CpuftError(f"host {first} has no IPv4 address besides loopback: "
-                                 "pass --master-addr")
-            cfg.master_addr = addrs[0][1]
+        cfg.master_addr = host_address(cfg, cfg.hosts[0].name)
     check_host(cfg.master_addr, "the master address")
     machines: dict[frozenset[str], str] = {}
     for host in cfg.hosts:
@@ -90,9 +93,10 @@ def port_probe(addr: str, port: int) -> str:
             f"family={family})")
 
 
-def check_port(cfg: LaunchConfig) -> None:
-    """The rendezvous port must be free on the first host, on the master address."""
-    host = cfg.hosts[0].name
+def check_port(cfg: LaunchConfig, host: str = "") -> None:
+    """The rendezvous port must be free on the host that serves it (the first), on the master
+    address."""
+    host = host or cfg.hosts[0].name
     code = port_probe(cfg.master_addr, cfg.master_port)
     try:
         probe(cfg, host, f"{shlex.quote(cfg.python)} -c {shlex.quote(code)}")
@@ -102,7 +106,7 @@ def check_port(cfg: LaunchConfig) -> None:
 
 
 @dataclass(slots=True)
-class _Proc:
+class Proc:
     host: str
     popen: subprocess.Popen[str]
     reader: threading.Thread
@@ -148,9 +152,9 @@ def _stream(host: str, pipe: object, lock: threading.Lock, failures: list[Failur
             sys.stdout.flush()
 
 
-def _start(host: str, argv: Sequence[str], env: dict[str, str], stdin: str | None,
+def start_process(host: str, argv: Sequence[str], env: dict[str, str], stdin: str | None,
            lock: threading.Lock, failures: list[Failure], capture: list[str] | None,
-           stopping: threading.Event) -> _Proc:
+           stopping: threading.Event) -> Proc:
     popen = subprocess.Popen(
         list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, start_new_session=True,
@@ -164,10 +168,10 @@ def _start(host: str, argv: Sequence[str], env: dict[str, str], stdin: str | Non
                               args=(host, popen.stdout, lock, failures, capture, stopping),
                               daemon=True)
     reader.start()
-    return _Proc(host, popen, reader)
+    return Proc(host, popen, reader)
 
 
-def _signal_all(procs: list[_Proc], sig: int) -> None:
+def signal_all(procs: list[Proc], sig: int) -> None:
     for p in procs:
         if p.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -192,14 +196,19 @@ def _commands(cfg: LaunchConfig, base_env: dict[str, str]
 def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
     """Start every process of the job and wait; the first failure stops all the others.
 
-    Output is streamed with a host prefix; ``capture`` also receives every raw line.
+    Output is streamed with a host prefix; ``capture`` also receives every raw line. An elastic
+    job over a hostfile goes on as its hosts come and go (cpuft.launch.elastic_run).
     """
+    if cfg.elastic and cfg.store_host:
+        from cpuft.launch.elastic_run import run_elastic_job
+
+        return run_elastic_job(cfg, capture)
     lock = threading.Lock()
     base_env = dict(os.environ)
     commands = _commands(cfg, base_env)
     failures: list[Failure] = []
     stopping = threading.Event()
-    procs = [_start(host, argv, env, stdin, lock, failures, capture, stopping)
+    procs = [start_process(host, argv, env, stdin, lock, failures, capture, stopping)
              for host, argv, env, stdin in commands]
     stopped_by: list[int] = []
 
@@ -207,7 +216,7 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
         # Ranks checkpoint on SIGTERM (spot preemption) before they exit.
         stopped_by.append(signum)
         stopping.set()
-        _signal_all(procs, signum)
+        signal_all(procs, signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     failed: tuple[str, int] | None = None
@@ -217,12 +226,12 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
                 code = p.popen.poll()
                 if code not in (None, 0) and failed is None:
                     failed = (p.host, code)
-                    _signal_all(procs, signal.SIGTERM)
+                    signal_all(procs, signal.SIGTERM)
                     deadline = time.monotonic() + STOP_GRACE_S
                     while any(q.popen.poll() is None for q in procs) and \
                             time.monotonic() < deadline:
                         time.sleep(0.1)
-                    _signal_all(procs, signal.SIGKILL)
+                    signal_all(procs, signal.SIGKILL)
             time.sleep(0.2)
     finally:
         for s, h in previous.items():

@@ -60,8 +60,8 @@ def start(cfg: TrainConfig, *, own_loop: bool = False, join: bool = True) -> Run
     if own_loop:
         plan = plan.replaced(compile="off", compile_reason=OWN_LOOP_COMPILE)
     plan = place_process(plan, cfg.speedups.pin_cores)
-    dist = (context(cfg.distributed.backend, comm_cores=plan.comm_cores) if join
-            else joined())
+    dist = (context(cfg.distributed.backend, cfg.distributed.comm_timeout,
+                    comm_cores=plan.comm_cores) if join else joined())
     plan = settle_precision(plan, cfg.speedups.precision,
                             dist.on_every_rank if dist is not None else None)
     return Runtime(plan=plan, dist=dist, topology=topology, joined_here=join)

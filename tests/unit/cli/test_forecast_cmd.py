@@ -88,3 +88,34 @@ def test_calibrate_takes_train_settings_as_cpuft_train_checks_them(tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.splitlines()[-1].startswith("cpuft: ") and message in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_plan_counts_preemptions_in_the_spot_column(tmp_path, capsys):
+    summary = calibration_file(tmp_path / "run")
+    argv = ["plan", "--calibration", str(summary), "--train-samples", "20000000",
+            "--nodes", "1,4", "--instance", "c7i.8xlarge", "--output-dir", str(tmp_path / "p"),
+            "--json"]
+    assert main(argv) == 0
+    calm = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert calm["preemption"] is None
+    assert any("never taken back" in a for a in calm["assumed"])
+    assert main([*argv, "--preemptions-per-hour", "0.05", "--checkpoint-every", "20m",
+                 "--restart-time", "2m"]) == 0
+    printed = capsys.readouterr().out
+    rough = json.loads(printed.strip().splitlines()[-1])
+    assert rough["preemption"] == {"per_node_hour": 0.05, "checkpoint_every_s": 1200.0,
+                                   "restart_s": 120.0}
+    for before, after in zip(calm["nodes"], rough["nodes"], strict=True):
+        k = after["nodes"]
+        share = k * 0.05 * (600 + 120) / 3600  # of each hour, lost
+        assert after["spot_wall_seconds"] == pytest.approx(before["wall_seconds"] / (1 - share))
+        assert after["cost_spot"] == pytest.approx(before["cost_spot"] / (1 - share))
+        assert after["cost_on_demand"] == before["cost_on_demand"]
+    assert "preemptions" in printed  # the spot wall time and preemption columns
+    assert any("taken back 0.05 times a node-hour" in a for a in rough["assumed"])
+    # So often that four nodes never finish: said, and no infinity in the JSON
+    assert main([*argv, "--preemptions-per-hour", "3", "--checkpoint-every", "20m"]) == 0
+    printed = capsys.readouterr().out
+    never = json.loads(printed.strip().splitlines()[-1])
+    assert [n["spot_ends"] for n in never["nodes"]] == [True, False]
+    assert never["nodes"][1]["cost_spot"] is None and "never" in printed

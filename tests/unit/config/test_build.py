@@ -90,3 +90,14 @@ def test_every_setting_has_help_and_every_recipe_choice_a_recipe():
     assert {s.name for s in settings().values() if s.recipe == "causal-lm"} == {
         "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "merge",
         "gradient_checkpointing"}
+
+
+def test_save_every_is_a_duration_and_an_elastic_job_saves_every_ten_minutes():
+    from cpuft.job.build import save_seconds
+
+    assert parse("--save-every", "1h30m").output.save_every == "1h30m"
+    with pytest.raises(CpuftError, match="--save-every 'often': give a duration"):
+        parse("--save-every", "often")
+    assert save_seconds("", "") == 0.0
+    assert save_seconds("", "2:3") == 600.0
+    assert save_seconds("90s", "2:3") == 90.0

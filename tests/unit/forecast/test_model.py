@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cpuft.durations import parse_duration
 from cpuft.errors import CpuftError
 from cpuft.forecast.calibration import FIXED_SHARE, HIDDEN_SHARE, read_calibration
 from cpuft.forecast.comm import (
@@ -24,7 +25,7 @@ from cpuft.forecast.model import (
     step_seconds,
 )
 from cpuft.forecast.prices import SHIPPED, load_prices
-from cpuft.forecast.sheet import parse_duration, parse_nodes
+from cpuft.forecast.sheet import parse_nodes
 from tests.helpers import calibration_file
 
 TEN_GBIT = Link(gbit=10.0, latency_s=50e-6, source="test")
@@ -109,11 +110,11 @@ def test_the_cheapest_run_within_a_deadline_and_where_nodes_stop_paying():
 
 
 def test_durations_and_node_lists():
-    assert parse_duration("30m") == 1800 and parse_duration("1h30m") == 5400
-    assert parse_duration("90") == 90 and parse_duration("2d") == 172800
+    assert parse_duration("30m", "--x") == 1800 and parse_duration("1h30m", "--x") == 5400
+    assert parse_duration("90", "--x") == 90 and parse_duration("2d", "--x") == 172800
     for bad in ("soon", "30x", "0m", ""):
         with pytest.raises(CpuftError):
-            parse_duration(bad)
+            parse_duration(bad, "--deadline")
     assert parse_nodes("8,1,2,2") == [1, 2, 8]
     with pytest.raises(CpuftError, match="at least 1"):
         parse_nodes("0,2")

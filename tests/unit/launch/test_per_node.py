@@ -43,7 +43,8 @@ def test_a_node_runs_its_own_ranks_in_the_job_of_nnodes():
                                            "node(s) cannot reach it"),
     ({"rdzv_endpoint": "-oProxyCommand=x:29500"}, "--rdzv-endpoint"),
     ({"rdzv_id": "a b;rm"}, "--rdzv-id 'a b;rm': letters, digits"),
-    ({"hostfile": "hosts"}, "--nnodes starts this node's ranks alone"),
+    ({"hostfile": "hosts"}, "--nnodes with --hostfile takes MIN:MAX"),
+    ({"launcher": "ssh"}, "--nnodes starts this node's ranks alone"),
     ({"nnodes": None}, "--node-rank, --rdzv-endpoint and --rdzv-id go with --nnodes"),
 ])
 def test_what_cannot_form_the_job_is_refused(changes, message):

@@ -1,0 +1,89 @@
+"""An elastic job's commands and refusals (--nnodes MIN:MAX), asserted without starting
+anything."""
+
+from __future__ import annotations
+
+import pytest
+
+from cpuft.errors import CpuftError
+from cpuft.launch.commands import (
+    ELASTIC_ENV,
+    WORLD_SIZE_ENV,
+    LaunchConfig,
+    store_command,
+    torchrun_args,
+)
+from cpuft.launch.elastic import parse_nnodes
+from cpuft.launch.hostfile import Host
+from cpuft.launch.request import LaunchRequest, build_launch
+
+PY = "/venv/bin/python"
+
+
+def test_nnodes_is_a_count_or_a_range():
+    assert parse_nnodes("3") == (3, 3) and parse_nnodes("2:4") == (2, 4)
+    for bad, why in (("two", "give a number of nodes"), ("3:2", "1 <= MIN <= MAX"),
+                     ("0:2", "1 <= MIN <= MAX"), ("2:", "give a number")):
+        with pytest.raises(CpuftError, match=why):
+            parse_nnodes(bad)
+
+
+def test_every_agent_of_an_elastic_job_is_a_client_of_the_stable_store():
+    cfg = LaunchConfig(hosts=[Host("n1"), Host("n2"), Host("n3")], nproc_per_node=1,
+                       master_addr="10.0.0.9", master_port=29400, python=PY, rdzv_id="job",
+                       min_nodes=2, store_host="login", max_restarts=3, workdir="/w")
+    for rank in range(3):
+        assert torchrun_args(cfg, rank)[3:11] == [
+            "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+            "--rdzv-endpoint=10.0.0.9:29400", "--rdzv-id=job",
+            "--rdzv-conf=is_host=false,last_call_timeout=5,join_timeout=600,"
+            "keep_alive_interval=2,keep_alive_max_attempt=3",
+            "--max-restarts=100", "--monitor-interval=1"]
+    store = store_command(cfg)
+    assert store.host == "login" and store.argv[-1] == (
+        'eval "$(cat)" && cd /w && exec /venv/bin/python -m cpuft rendezvous --listen '
+        "10.0.0.9:29400")
+
+
+def _hosts(tmp_path, n=3):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("".join(f"n{i} slots=1\n" for i in range(1, n + 1)))
+    return str(hostfile)
+
+
+def test_an_elastic_job_over_a_hostfile(tmp_path):
+    cfg = build_launch(LaunchRequest(hostfile=_hosts(tmp_path), nnodes=3, min_nodes=2,
+                                     rdzv_endpoint="login:29411", rejoin_after_s=5.0),
+                       check_network=False)
+    assert (cfg.launcher, cfg.elastic, cfg.store_host, cfg.master_port) == (
+        "ssh", True, "login", 29411)
+    assert cfg.env[ELASTIC_ENV] == "2:3" and WORLD_SIZE_ENV not in cfg.env
+    assert cfg.rejoin_after_s == 5.0 and cfg.nnodes == 0 and len(cfg.hosts) == 3
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"min_nodes": None}, "--nnodes with --hostfile takes MIN:MAX"),
+    ({"nnodes": 4}, "the hostfile lists 3 host(s); MAX is their number"),
+    ({"rdzv_endpoint": None}, "needs --rdzv-endpoint HOST:PORT: a host that no spot loss"),
+    ({"rdzv_endpoint": "n2:29400"}, "--rdzv-endpoint n2 is a host of the job"),
+    ({"rdzv_endpoint": "login;reboot:1"}, "--rdzv-endpoint"),
+    ({"launcher": "mpirun"}, "--launcher mpirun cannot"),
+    ({"master_addr": "10.0.0.1"}, "drop --master-addr"),
+])
+def test_an_elastic_job_that_cannot_work_is_refused(tmp_path, changes, message):
+    base = dict(hostfile=_hosts(tmp_path), nnodes=3, min_nodes=2, rdzv_endpoint="login:29411")
+    with pytest.raises(CpuftError) as caught:
+        build_launch(LaunchRequest(**{**base, **changes}), check_network=False)
+    assert message in str(caught.value)
+
+
+def test_an_elastic_node_under_a_scheduler_needs_the_store_and_no_node_rank():
+    cfg = build_launch(LaunchRequest(nnodes=3, min_nodes=1, rdzv_endpoint="10.1.2.3:29400",
+                                     nproc_per_node="1"), check_network=False)
+    assert cfg.launcher == "node" and cfg.env[ELASTIC_ENV] == "1:3"
+    assert ("--rdzv-conf=is_host=false,last_call_timeout=5,join_timeout=600,"
+            "keep_alive_interval=2,keep_alive_max_attempt=3") in torchrun_args(cfg, 0)
+    with pytest.raises(CpuftError, match="needs --rdzv-endpoint HOST:PORT, where `cpuft "
+                                         "rendezvous` serves"):
+        build_launch(LaunchRequest(nnodes=3, min_nodes=1, nproc_per_node="1"),
+                     check_network=False, environ={})
