@@ -267,3 +267,20 @@ def test_losing_rank_0s_node_where_each_node_has_its_own_folder(data, uninterrup
     check_changes(drill, summary, [(3, 2), (2, 3)])
     assert summary["world_size"] == 3
     assert abs(summary["eval"]["accuracy"] - uninterrupted["eval"]["accuracy"]) <= 0.05
+
+
+def test_below_min_nodes_the_job_stops_and_keeps_its_checkpoint(data):
+    out = data / "few"
+    with namespace_cluster(3) as cluster, \
+            elastic_job(data, cluster, [out], out, "ip netns exec {host}", "few") as drill:
+        drill.wait("2 nodes train, a checkpoint written",
+                   lambda: drill.progress().get("step", 0) > 20 and checkpoint_steps(out), 300)
+        signal_node(cluster.hosts[2], signal.SIGKILL)
+        code = drill.proc.wait(timeout=120)
+        time.sleep(1)
+        left = {h: netns_pids(h) for h in cluster.hosts}
+    said = [line for line in drill.lines if line.startswith("cpuft: 1 host(s) left")]
+    assert code == 1 and len(said) == 1, "".join(drill.lines[-40:])
+    assert "fewer than --nnodes 2:2: the job stops" in said[0]
+    assert not any(left.values()), f"processes left behind: {left}"
+    assert checkpoint_steps(out) and not (out / "summary.json").exists()

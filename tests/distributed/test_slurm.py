@@ -1,6 +1,7 @@
 """cpuft on a real two-node Slurm (cpuft.testing.slurm_cluster: slurmctld and two slurmd in
 network namespaces): a generated sbatch script trains to the end, `salloc` runs a script of
-one's own, and a job told to stop checkpoints and resumes when requeued.
+one's own, a job told to stop checkpoints and resumes when requeued, and an elastic job goes on
+when a node is lost.
 
 `.ci/run` brings the cluster up before the tests and down after them; run alone, the fixture
 brings it up and down itself.
@@ -8,9 +9,11 @@ brings it up and down itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -163,3 +166,39 @@ def test_a_job_told_to_stop_checkpoints_and_resumes_when_requeued(slurm, tiny_mo
     assert summary["steps"] == 400 and summary["world_size"] == 2
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == list(range(1, 401))  # none lost, none twice
+
+
+def test_an_elastic_job_goes_on_when_a_node_is_lost(slurm, tiny_model, data_file, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpuft", "slurm", "script", "--nodes", "2", "--min-nodes", "1",
+         "--time", "30:00", "--submit", "--",
+         *train_args(tiny_model, data_file, out, "--max-steps", "3000", "--save-every", "2s",
+                     "--log-steps", "20")],
+        cwd=tmp_path, env=slurm, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip()
+    assert "#SBATCH --no-kill" in (tmp_path / "cpuft.sbatch").read_text()
+    log = tmp_path / f"cpuft-{job}.out"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    metrics = out / "metrics.jsonl"
+    while not (list(out.glob("checkpoint-*")) and metrics.is_file()
+               and len(metrics.read_text().splitlines()) >= 5):
+        assert time.monotonic() < deadline and job_state(slurm, job) in {"PENDING", "RUNNING"}, \
+            log.read_text()[-3000:] if log.is_file() else "no output"
+        time.sleep(0.3)
+    # Node n2 is lost: every process of the job on it dies at once (slurmd, whose command line
+    # names cpuft's Slurm folder, stays: the node is not marked down for the tests after).
+    pids = subprocess.run(["ip", "netns", "pids", "cpuft-n2"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"cpuft" in argv or any(a.startswith(b"cpuft.") for a in argv):
+                os.kill(int(pid), signal.SIGKILL)
+    assert wait_for(slurm, job, {"COMPLETED", "FAILED"}) == "COMPLETED", log.read_text()[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 3000 and summary["world_size"] == 1
+    [change] = summary["membership"]
+    assert (change["world_size_before"], change["world_size_after"]) == (2, 1)
+    assert "the job finished on the nodes left" in log.read_text()

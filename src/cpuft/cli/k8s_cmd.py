@@ -44,12 +44,30 @@ def register(sub: Any) -> None:
                    help="trainjob (Kubeflow Trainer) or job (an Indexed Job and a Service)")
     m.add_argument("--runtime", default="torch-distributed",
                    help="the TrainJob's ClusterTrainingRuntime (default: torch-distributed)")
+    m.add_argument("--min-nodes", type=int, default=None,
+                   help="an elastic job (with --kind job): it goes on while this many pods are "
+                        "left; lost pods are started again and rejoin; its rendezvous store "
+                        "runs in a pod of its own")
+    m.add_argument("--store-selector", action="append", default=[], metavar="KEY=VALUE",
+                   help="a node label for the store's pod: put it on an on-demand node")
     m.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
     m.add_argument("--force", action="store_true", help="replace the --output file")
     m.add_argument("command", nargs=argparse.REMAINDER,
                    help="-- train [ARGS...] or -- python SCRIPT.py [ARGS...]: what the ranks run "
                         "(paths as the image has them)")
     p.set_defaults(handler=run)
+
+
+def _selector(pairs: list[str]) -> dict[str, str] | None:
+    from cpuft.errors import CpuftError
+
+    selector = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise CpuftError(f"--store-selector {pair!r}: give KEY=VALUE")
+        selector[key] = value
+    return selector or None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     request = ManifestRequest(
         name=args.name, nodes=args.nodes, cpus=args.cpus, memory=args.memory, image=args.image,
         command=command, nproc_per_node=args.nproc_per_node, volume=args.volume,
-        grace_s=args.grace, namespace=args.namespace, runtime=args.runtime)
+        grace_s=args.grace, namespace=args.namespace, runtime=args.runtime,
+        min_nodes=args.min_nodes, store_selector=_selector(args.store_selector))
     docs = [trainjob(request)] if args.kind == "trainjob" else indexed_job(request)
     text = yaml.safe_dump_all(docs, sort_keys=False)
     if command[0] == "train" and not args.volume:

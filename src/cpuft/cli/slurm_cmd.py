@@ -29,6 +29,10 @@ def register(sub: Any) -> None:
                          description=DESCRIPTION,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--nodes", type=int, required=True, help="nodes to run on")
+    s.add_argument("--min-nodes", type=int, default=None,
+                   help="an elastic job: it goes on while this many nodes are left, from its "
+                        "last checkpoint (sbatch --no-kill; its rendezvous store runs beside "
+                        "the batch script)")
     s.add_argument("--time", help="time limit, as sbatch takes it (e.g. 4:00:00, 1-00:00:00)")
     s.add_argument("--partition", help="the partition to run in (default: the cluster's)")
     s.add_argument("--cpus-per-node", type=int,
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         nodes=args.nodes, command=command, python=sys.executable, workdir=os.getcwd(),
         time=args.time, partition=args.partition, cpus_per_node=args.cpus_per_node,
         nproc_per_node=args.nproc_per_node, signal_lead_s=args.signal_lead, lock=lock,
-        job_name=args.job_name,
+        job_name=args.job_name, min_nodes=args.min_nodes,
         launch_flags=["--comm-cores", str(args.comm_cores)] if args.comm_cores else [],
     )
     written_by = (f"Written by `cpuft slurm script` (cpuft {__version__}) on "

@@ -112,16 +112,21 @@ def read_history(out: Path) -> list[dict[str, Any]]:
 
 def begin(out: Path, dist: DistContext | None) -> Start:
     """Make the newest checkpoint every node's, and note the change of membership that this
-    start is (where the run had trained before); every rank calls it."""
-    if dist is None:
-        return Start(shared=True, history=read_history(out))
+    start is (where the run had trained before); every rank calls it. A world of one (all
+    but one node lost) has no process group: it reads its own folder."""
     out.mkdir(parents=True, exist_ok=True)
-    shared = output_shared(out, dist)
-    resumed = share_newest_checkpoint(out, dist) if not shared else (
-        checkpoint_step(c) if (c := latest_checkpoint(out)) is not None else -1)
+    shared = output_shared(out, dist) if dist is not None else True
+    if not shared:
+        assert dist is not None
+        resumed = share_newest_checkpoint(out, dist)
+    else:
+        newest = latest_checkpoint(out)
+        resumed = checkpoint_step(newest) if newest is not None else -1
     progress = read_progress(out)
-    reached = dist.gather_ints(progress.get("step", 0))
-    before = dist.gather_ints(progress.get("world_size", 0))
+    mine = [progress.get("step", 0), progress.get("world_size", 0)]
+    reached = dist.gather_ints(mine[0]) if dist is not None else [mine[0]]
+    before = dist.gather_ints(mine[1]) if dist is not None else [mine[1]]
+    world = dist.info.world_size if dist is not None else 1
     history = read_history(out)
     furthest = max(reached)
     if furthest > 0:
@@ -130,12 +135,12 @@ def begin(out: Path, dist: DistContext | None) -> Start:
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "step": at,
             "world_size_before": before[reached.index(furthest)],
-            "world_size_after": dist.info.world_size,
+            "world_size_after": world,
             "steps_trained_again": max(furthest - at, 0),
         })
-        if dist.info.is_main:
+        if dist is None or dist.info.is_main:
             LOG.info(f"the job's world changed from {history[-1]['world_size_before']} to "
-                     f"{dist.info.world_size} rank(s): going on from step {at}, "
+                     f"{world} rank(s): going on from step {at}, "
                      f"{history[-1]['steps_trained_again']} step(s) to train again")
     return Start(shared=shared, history=history)
 

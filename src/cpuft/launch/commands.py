@@ -173,11 +173,15 @@ def ssh_command(cfg: LaunchConfig, rank: int) -> RemoteStart:
     return _remote_start(cfg, host, _env_for(cfg, host), torchrun_args(cfg, rank))
 
 
-def store_command(cfg: LaunchConfig) -> RemoteStart:
-    """An elastic job's rendezvous store, served on ``store_host`` at the rendezvous address."""
+def store_argv(cfg: LaunchConfig) -> list[str]:
+    """An elastic job's rendezvous store, served at the rendezvous address."""
     listen = f"{check_host(cfg.master_addr)}:{cfg.master_port}"
-    return _remote_start(cfg, cfg.store_host, {},
-                         [cfg.python, "-m", "cpuft", "rendezvous", "--listen", listen])
+    return [cfg.python, "-m", "cpuft", "rendezvous", "--listen", listen]
+
+
+def store_command(cfg: LaunchConfig) -> RemoteStart:
+    """The store, on ``store_host`` through the remote shell."""
+    return _remote_start(cfg, cfg.store_host, {}, store_argv(cfg))
 
 
 def direct_commands(cfg: LaunchConfig) -> list[RemoteStart]:
@@ -223,11 +227,15 @@ def srun_command(cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
     22.05's srun does not take ``--cpus-per-task`` from the allocation.
     """
     n = len(cfg.hosts)
+    # Elastic: a node lost ends neither the step nor the others' tasks; they meet at the store
+    # the launcher serves here, beside the batch script.
     argv = ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=1", f"--chdir={cfg.workdir}"]
+            *(["--kill-on-bad-exit=0", "--no-kill"] if cfg.elastic else
+              ["--kill-on-bad-exit=1"]), f"--chdir={cfg.workdir}"]
     if cfg.cpus_per_node:
         argv.append(f"--cpus-per-task={cfg.cpus_per_node}")
-    argv += [cfg.python, "-m", "cpuft", "launch", f"--nnodes={n}",
+    nodes = f"{cfg.min_nodes}:{n}" if cfg.elastic else str(n)
+    argv += [cfg.python, "-m", "cpuft", "launch", f"--nnodes={nodes}",
              f"--rdzv-endpoint={check_host(cfg.master_addr)}:{cfg.master_port}",
              f"--rdzv-id={cfg.rdzv_id}", f"--nproc-per-node={cfg.nproc_per_node or 'auto'}",
              f"--max-restarts={cfg.max_restarts}"]

@@ -17,7 +17,6 @@ import time
 
 from cpuft.errors import CpuftError
 from cpuft.launch.commands import LaunchConfig, RemoteStart, ssh_command, store_command
-from cpuft.launch.elastic import STORE_READY
 from cpuft.launch.run import (
     STOP_GRACE_S,
     Failure,
@@ -25,9 +24,10 @@ from cpuft.launch.run import (
     probe,
     signal_all,
     start_process,
+    start_store,
+    stop_store,
 )
 
-STORE_READY_S = 60.0
 FINISH_GRACE_S = 60.0
 """Once one host's agent has ended the job, how long the others have to end theirs."""
 
@@ -57,16 +57,9 @@ class _Job:
 
 
 def _start_store(job: _Job) -> Proc:
-    lines: list[str] = []
-    store = job.start(job.cfg.store_host, store_command(job.cfg), capture=lines)
-    deadline = time.monotonic() + STORE_READY_S
-    while not any(line.startswith(STORE_READY) for line in lines):
-        if store.popen.poll() is not None or time.monotonic() > deadline:
-            signal_all([store], signal.SIGKILL)
-            raise CpuftError(f"the rendezvous store did not start on {job.cfg.store_host}"
-                             f" ({''.join(lines[-1:]).strip() or 'no output'})")
-        time.sleep(0.1)
-    return store
+    start = store_command(job.cfg)
+    return start_store(job.cfg.store_host, start.argv, job.env, start.stdin, job.lock,
+                       job.stopping)
 
 
 def run_elastic_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
@@ -132,7 +125,7 @@ def run_elastic_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
         _stop([p for p in agents.values() if p is not None])
-        _stop([store])
+        stop_store(store)
     if stopped_by:
         job.say(f"stopped by signal {stopped_by[0]}; the ranks wrote a checkpoint if they had "
                 "finished a step: rerun the same command with --resume")

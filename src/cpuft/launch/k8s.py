@@ -23,6 +23,8 @@ CHECKPOINTS = "/checkpoints"
 CONTAINER = "node"
 """The trainer's replicated job and container in Kubeflow's torch runtimes."""
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?")
+_LABEL = re.compile(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?")
 
 
@@ -44,6 +46,10 @@ class ManifestRequest:
     namespace: str | None = None
     runtime: str = "torch-distributed"
     """The Kubeflow ClusterTrainingRuntime the TrainJob runs on."""
+    min_nodes: int | None = None
+    """An elastic job (Indexed Job only): it goes on while this many pods are left."""
+    store_selector: dict[str, str] | None = None
+    """An elastic job: the nodeSelector of its rendezvous store's pod (an on-demand node)."""
 
 
 def _checked(req: ManifestRequest) -> None:
@@ -67,6 +73,11 @@ def _checked(req: ManifestRequest) -> None:
         raise CpuftError(f"--volume {req.volume!r} is not a PersistentVolumeClaim name")
     if req.grace_s < 30:
         raise CpuftError("--grace must be at least 30 seconds: a pod needs time to checkpoint")
+    if req.min_nodes is not None and not 1 <= req.min_nodes <= req.nodes:
+        raise CpuftError(f"--min-nodes {req.min_nodes}: from 1 to --nodes {req.nodes}")
+    for key, value in (req.store_selector or {}).items():
+        if not _LABEL.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
+            raise CpuftError(f"--store-selector {key}={value}: not a Kubernetes label")
 
 
 def pod_command(req: ManifestRequest, endpoint: str | None) -> list[str]:
@@ -78,7 +89,8 @@ def pod_command(req: ManifestRequest, endpoint: str | None) -> list[str]:
                                   for a in command):
             command += ["--output-dir", f"{CHECKPOINTS}/{req.name}"]
         command = rank_command(command)
-    argv = ["python", "-m", "cpuft", "launch", "--nnodes", str(req.nodes), "--nproc-per-node",
+    nodes = str(req.nodes) if req.min_nodes is None else f"{req.min_nodes}:{req.nodes}"
+    argv = ["python", "-m", "cpuft", "launch", "--nnodes", nodes, "--nproc-per-node",
             str(req.nproc_per_node), "--rdzv-id", req.name]
     if endpoint:
         argv += ["--rdzv-endpoint", endpoint]
@@ -101,6 +113,9 @@ def _metadata(req: ManifestRequest) -> dict[str, Any]:
 def trainjob(req: ManifestRequest) -> dict[str, Any]:
     """A Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1)."""
     _checked(req)
+    if req.min_nodes is not None:
+        raise CpuftError("--min-nodes makes an Indexed Job (--kind job): Kubernetes starts its "
+                         "lost pods again, and its rendezvous store runs apart")
     pod: dict[str, Any] = {"terminationGracePeriodSeconds": req.grace_s}
     if req.volume:
         pod["volumes"] = [{"name": "checkpoints",
@@ -128,8 +143,38 @@ def trainjob(req: ManifestRequest) -> dict[str, Any]:
     }
 
 
+def rendezvous_store(req: ManifestRequest) -> list[dict[str, Any]]:
+    """An elastic job's rendezvous store: one pod (a Deployment, started again wherever it is
+    lost) serving ``cpuft rendezvous`` on its own address, and a Service naming it."""
+    name = f"{req.name}-rendezvous"
+    labels = {"app.kubernetes.io/name": "cpuft", "app.kubernetes.io/component": name}
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": {**_metadata(req), "name": name},
+        "spec": {"selector": labels, "ports": [{"name": "rendezvous", "port": RDZV_PORT}]},
+    }
+    pod: dict[str, Any] = {"containers": [{
+        "name": "rendezvous", "image": req.image,
+        "command": ["python", "-m", "cpuft", "rendezvous", "--listen",
+                    f"$(POD_IP):{RDZV_PORT}"],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "rendezvous", "containerPort": RDZV_PORT}],
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"cpu": "1", "memory": "512Mi"}},
+    }]}
+    if req.store_selector:
+        pod["nodeSelector"] = dict(req.store_selector)
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**_metadata(req),
+                                                                    "name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+    return [service, deployment]
+
+
 def indexed_job(req: ManifestRequest) -> list[dict[str, Any]]:
-    """A headless Service and an Indexed Job (batch/v1): pod i is ``NAME-i.NAME``."""
+    """A headless Service and an Indexed Job (batch/v1): pod i is ``NAME-i.NAME``; an elastic
+    job's store before them."""
     _checked(req)
     selector = {"batch.kubernetes.io/job-name": req.name}
     service = {
@@ -139,9 +184,12 @@ def indexed_job(req: ManifestRequest) -> list[dict[str, Any]]:
                  "publishNotReadyAddresses": True,
                  "ports": [{"name": "rendezvous", "port": RDZV_PORT}]},
     }
+    elastic = req.min_nodes is not None
+    endpoint = (f"{req.name}-rendezvous:{RDZV_PORT}" if elastic
+                else f"{req.name}-0.{req.name}:{RDZV_PORT}")
     container: dict[str, Any] = {
         "name": CONTAINER, "image": req.image,
-        "command": pod_command(req, endpoint=f"{req.name}-0.{req.name}:{RDZV_PORT}"),
+        "command": pod_command(req, endpoint=endpoint),
         "resources": _resources(req),
         "ports": [{"name": "rendezvous", "containerPort": RDZV_PORT}],
     }
@@ -152,11 +200,22 @@ def indexed_job(req: ManifestRequest) -> list[dict[str, Any]]:
         container["volumeMounts"] = [{"name": "checkpoints", "mountPath": CHECKPOINTS}]
         pod["volumes"] = [{"name": "checkpoints",
                            "persistentVolumeClaim": {"claimName": req.volume}}]
-    job = {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(req),
         "spec": {"completionMode": "Indexed", "completions": req.nodes,
                  "parallelism": req.nodes, "backoffLimit": 0,
                  "template": {"metadata": {"labels": {"app.kubernetes.io/name": "cpuft"}},
                               "spec": pod}},
     }
-    return [service, job]
+    if not elastic:
+        return [service, job]
+    job["spec"].update({
+        # A pod lost with its node (preempted, evicted, drained) is started again and rejoins;
+        # the job is done once any pod ends well: its agents end well only when training has.
+        "backoffLimit": 10 * req.nodes,
+        "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                        "onPodConditions": [{"type": "DisruptionTarget",
+                                                            "status": "True"}]}]},
+        "successPolicy": {"rules": [{"succeededCount": 1}]},
+    })
+    return [*rendezvous_store(req), service, job]

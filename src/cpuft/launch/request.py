@@ -23,7 +23,7 @@ from cpuft.launch.commands import (
 from cpuft.launch.elastic import REJOIN_AFTER_S
 from cpuft.launch.hostfile import Host, read_hostfile
 from cpuft.launch.names import check_host, parse_endpoint
-from cpuft.launch.run import check_port, host_address, resolve_network
+from cpuft.launch.run import address_toward, check_port, host_address, resolve_network
 from cpuft.scheduler.node import scheduler_endpoint, scheduler_node_rank
 from cpuft.scheduler.slurm import Allocation, allocation
 from cpuft.speedplan.allocator import allocator_env, choose_allocator
@@ -151,6 +151,12 @@ def _slurm_launch(req: LaunchRequest, alloc: Allocation | None) -> LaunchConfig:
     nproc = 0 if req.nproc_per_node in (None, "auto") else _nproc(req, [])
     if req.max_restarts < 0:
         raise CpuftError("--max-restarts must be 0 or more")
+    if req.nnodes is not None and req.min_nodes is None:
+        raise CpuftError("--launcher slurm runs on the allocation's nodes: --nnodes takes "
+                         "MIN:MAX there, an elastic job (sbatch --no-kill)")
+    if req.nnodes is not None and req.nnodes != len(alloc.nodes):
+        raise CpuftError(f"--nnodes {req.min_nodes}:{req.nnodes}: the allocation has "
+                         f"{len(alloc.nodes)} node(s); MAX is their number")
     host, port = alloc.rendezvous
     check_host(host, "the allocation's first node")
     return LaunchConfig(
@@ -159,7 +165,7 @@ def _slurm_launch(req: LaunchRequest, alloc: Allocation | None) -> LaunchConfig:
         max_restarts=req.max_restarts, workdir=os.getcwd(), python=sys.executable,
         module_args=list(req.program), train_args=list(req.train_args),
         rdzv_id=f"slurm-{alloc.job_id}", cpus_per_node=min(alloc.cpus_per_node, default=0),
-        comm_cores=req.comm_cores, nnodes=len(alloc.nodes),
+        comm_cores=req.comm_cores, nnodes=len(alloc.nodes), min_nodes=req.min_nodes or 0,
     )
 
 
@@ -196,7 +202,13 @@ def build_launch(req: LaunchRequest, check_network: bool = True,
     per_node = req.nnodes is not None and not req.hostfile
     if req.launcher == "slurm" or (alloc and not per_node and not req.launcher
                                    and not req.hostfile):
-        return _slurm_launch(req, alloc)
+        cfg = _slurm_launch(req, alloc)
+        if cfg.elastic and check_network:
+            # The store is served here, beside the batch script (or the salloc shell), on the
+            # address that reaches the first node.
+            cfg.remote_shell = LOCAL_SHELL
+            cfg.master_addr = address_toward(cfg, _resolve(cfg.master_addr, req.resolve_wait_s))
+        return cfg
     if per_node and req.node_rank is None:
         req = replace(req, node_rank=scheduler_node_rank(environ))
     if per_node and req.rdzv_endpoint is None:

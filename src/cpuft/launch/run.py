@@ -23,7 +23,9 @@ from cpuft.launch.commands import (
     remote_command,
     srun_command,
     ssh_commands,
+    store_argv,
 )
+from cpuft.launch.elastic import STORE_READY
 from cpuft.launch.names import check_host
 from cpuft.launch.netinfo import is_ip, parse_addrs, route_to
 
@@ -57,6 +59,16 @@ def host_address(cfg: LaunchConfig, host: str) -> str:
     if not addrs:
         raise CpuftError(f"host {host} has no IPv4 address besides loopback: pass --master-addr")
     return addrs[0][1]
+
+
+def address_toward(cfg: LaunchConfig, addr: str, host: str = "localhost") -> str:
+    """``host``'s own address on the way to ``addr`` (through the remote shell)."""
+    out = probe(cfg, host, f"ip -o -4 addr show; echo ---; ip -o route get {shlex.quote(addr)}")
+    addr_text, _, route_text = out.partition("---")
+    route = route_to(addr, route_text, addr_text)
+    if route is None:
+        raise CpuftError(f"{host} has no route to {addr}")
+    return route.local_addr
 
 
 def resolve_network(cfg: LaunchConfig, master_given: bool) -> None:
@@ -208,7 +220,11 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
     commands = _commands(cfg, base_env)
     failures: list[Failure] = []
     stopping = threading.Event()
-    procs = [start_process(host, argv, env, stdin, lock, failures, capture, stopping)
+    # An elastic job under Slurm meets at a store served here, which outlives its nodes.
+    store = (start_store("rendezvous", store_argv(cfg), base_env, None, lock, stopping)
+             if cfg.launcher == "slurm" and cfg.elastic else None)
+    seen = capture if capture is not None or store is None else []
+    procs = [start_process(host, argv, env, stdin, lock, failures, seen, stopping)
              for host, argv, env, stdin in commands]
     stopped_by: list[int] = []
 
@@ -239,12 +255,20 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
         for p in procs:
             p.popen.wait()
             p.reader.join(timeout=5)
+        if store is not None:
+            stop_store(store)
     if failed is None:
         failed = next(((p.host, p.popen.returncode) for p in procs if p.popen.returncode), None)
-    if failed is None:
-        return 0
     # Under srun (the per-node mode) every node says its own ending: name the node.
     tag = f"[{cfg.hosts[0].name}] " if cfg.launcher == "node" else ""
+    if failed is None:
+        if cfg.launcher == "node" and cfg.elastic:
+            print(f"{tag}{NODE_FINISHED}", file=sys.stderr, flush=True)
+        return 0
+    if store is not None and not stopped_by and any(NODE_FINISHED in line for line in seen or []):
+        print(f"cpuft: the job finished on the nodes left; srun's exit code {failed[1]} is the "
+              "lost nodes'", file=sys.stderr)
+        return 0
     if stopped_by:
         print(f"{tag}cpuft: stopped by signal {stopped_by[0]}; rank 0 wrote a checkpoint if it "
               "had finished a step: rerun the same command with --resume", file=sys.stderr)
@@ -262,6 +286,37 @@ def run_job(cfg: LaunchConfig, capture: list[str] | None = None) -> int:
     # agent's, so that whatever started the job can tell failures apart.
     code = cause.exitcode if cause else failed[1]
     return code if code > 0 else 128 - code if code < 0 else 1
+
+
+NODE_FINISHED = "cpuft: this node's ranks finished the job"
+"""What each node of an elastic job says at its end, under srun: a lost node's task makes srun
+fail, while the job finished on the others."""
+STORE_READY_S = 60.0
+
+
+def start_store(host: str, argv: Sequence[str], env: dict[str, str], stdin: str | None,
+                lock: threading.Lock, stopping: threading.Event) -> Proc:
+    """An elastic job's rendezvous store (``cpuft rendezvous``), once it serves."""
+    lines: list[str] = []
+    store = start_process(host, argv, env, stdin, lock, [], lines, stopping)
+    deadline = time.monotonic() + STORE_READY_S
+    while not any(line.startswith(STORE_READY) for line in lines):
+        if store.popen.poll() is not None or time.monotonic() > deadline:
+            signal_all([store], signal.SIGKILL)
+            raise CpuftError(f"the rendezvous store did not start on {host} "
+                             f"({''.join(lines[-1:]).strip() or 'no output'})")
+        time.sleep(0.1)
+    return store
+
+
+def stop_store(store: Proc) -> None:
+    signal_all([store], signal.SIGTERM)
+    try:
+        store.popen.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        signal_all([store], signal.SIGKILL)
+        store.popen.wait()
+    store.reader.join(timeout=5)
 
 
 def srun_ending(code: int) -> str:

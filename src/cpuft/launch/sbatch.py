@@ -48,11 +48,15 @@ class SbatchRequest:
     job_name: str = "cpuft"
     launch_flags: list[str] = field(default_factory=list)
     """Further ``cpuft launch`` flags (``--comm-cores 1``)."""
+    min_nodes: int | None = None
+    """An elastic job: it goes on while this many of its nodes are left (``--no-kill``)."""
 
 
 def _checked(req: SbatchRequest) -> None:
     if req.nodes < 1:
         raise CpuftError("--nodes must be at least 1")
+    if req.min_nodes is not None and not 1 <= req.min_nodes <= req.nodes:
+        raise CpuftError(f"--min-nodes {req.min_nodes}: from 1 to --nodes {req.nodes}")
     if req.cpus_per_node is not None and req.cpus_per_node < 1:
         raise CpuftError("--cpus-per-node must be at least 1")
     if req.partition is not None and not _NAME.fullmatch(req.partition):
@@ -100,6 +104,8 @@ def sbatch_script(req: SbatchRequest, written_by: str) -> str:
     lines += [
         f"#SBATCH --signal=TERM@{req.signal_lead_s}         # SIGTERM ahead of the time limit: "
         "the ranks agree on a step and checkpoint",
+        *(["#SBATCH --no-kill                # a node lost: the others go on (--min-nodes)"]
+          if req.min_nodes is not None else []),
         "#SBATCH --requeue                # a requeued job resumes from that checkpoint",
         "#SBATCH --open-mode=append       # and its output follows the first attempt's",
         f"#SBATCH --output={req.job_name}-%j.out",
@@ -111,8 +117,11 @@ def sbatch_script(req: SbatchRequest, written_by: str) -> str:
         lines += ["# Every node must have the software this job was written for.",
                   f"srun --nodes={req.nodes} --ntasks={req.nodes} --ntasks-per-node=1 "
                   f"{q(req.python)} -m cpuft env verify --lock {q(req.lock)}"]
-    launch = [req.python, "-m", "cpuft", "launch", "--launcher", "slurm", "--nproc-per-node",
-              req.nproc_per_node, *req.launch_flags, "--", *rank_command(req.command)]
+    elastic = ([] if req.min_nodes is None else
+               ["--nnodes", f"{req.min_nodes}:{req.nodes}"])
+    launch = [req.python, "-m", "cpuft", "launch", "--launcher", "slurm", *elastic,
+              "--nproc-per-node", req.nproc_per_node, *req.launch_flags, "--",
+              *rank_command(req.command)]
     lines.append(f"exec {shlex.join(launch)}")
     return "\n".join(lines) + "\n"
 

@@ -52,6 +52,13 @@ def markdown(runs: list[RunRecord], price: float | None, pictures: dict[str, str
     lines += _table(["nodes", "run", "time", "speed-up"], [
         [str(r.nodes), r.name, _time(r.train_seconds),
          f"{r.samples_per_second / first.samples_per_second:.2f}x"] for r in runs])
+    changed = [r for r in runs if r.membership]
+    if changed:
+        lines += ["", "## Changes of membership (elastic jobs)", ""]
+        lines += _table(["run", "time", "step", "ranks", "steps trained again"], [
+            [r.name, str(c.get("time", "-")), str(c["step"]),
+             f"{c['world_size_before']} → {c['world_size_after']}",
+             str(c["steps_trained_again"])] for r in changed for c in r.membership])
     for title, file in pictures.items():
         lines += ["", f"## {title}", "", f"![{title}]({file})"]
     return "\n".join(lines) + "\n"
@@ -70,8 +77,16 @@ def _curves(runs: list[RunRecord], path: Path, x: str, y: str, xlabel: str,
         return False
     fig, ax = plt.subplots(figsize=(7, 4))
     for run, steps in drawn:
-        ax.plot([s[x] for s in steps], [s[y] for s in steps], marker="." if len(steps) < 40
-                else None, label=f"{run.name} ({run.nodes} node{'s' if run.nodes > 1 else ''})")
+        line, = ax.plot([s[x] for s in steps], [s[y] for s in steps],
+                        marker="." if len(steps) < 40 else None,
+                        label=f"{run.name} ({run.nodes} node{'s' if run.nodes > 1 else ''})")
+        if x == "step":  # where an elastic job's world changed, and to what
+            for change in run.membership:
+                ax.axvline(change["step"], color=line.get_color(), linestyle=":", alpha=0.7)
+                ax.annotate(f"{change['world_size_before']}→{change['world_size_after']}",
+                            (change["step"], 1), xycoords=("data", "axes fraction"),
+                            textcoords="offset points", xytext=(2, -10), fontsize=7,
+                            color=line.get_color())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)

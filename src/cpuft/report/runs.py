@@ -30,6 +30,9 @@ class RunRecord:
     """("accuracy", 0.83) or ("perplexity", 12.1): on the test split, else on validation."""
     steps: list[dict[str, Any]] = field(default_factory=list)
     """metrics.jsonl's records: step, loss, samples_per_second, seconds."""
+    membership: list[dict[str, Any]] = field(default_factory=list)
+    """An elastic job's changes of membership: time, step, world_size_before and _after,
+    steps_trained_again."""
 
 
 def _quality(summary: dict[str, Any]) -> tuple[str, float] | None:
@@ -65,6 +68,13 @@ def _steps(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _membership(changes: Any) -> list[dict[str, Any]]:
+    """The well-formed changes of summary.json's ``membership``."""
+    keys = ("step", "world_size_before", "world_size_after", "steps_trained_again")
+    return [c for c in changes or [] if isinstance(c, dict)
+            and all(isinstance(c.get(k), int) for k in keys)]
+
+
 def read_run(folder: Path) -> RunRecord:
     summary_path = folder / "summary.json"
     try:
@@ -90,6 +100,7 @@ def read_run(folder: Path) -> RunRecord:
             train_seconds=float(summary["train_seconds"]),
             quality=_quality(summary),
             steps=_steps(folder / "metrics.jsonl"),
+            membership=_membership(summary.get("membership")),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CpuftError(f"{summary_path}: not a summary of cpuft train ({e})") from None

@@ -87,3 +87,34 @@ def test_an_elastic_node_under_a_scheduler_needs_the_store_and_no_node_rank():
                                          "rendezvous` serves"):
         build_launch(LaunchRequest(nnodes=3, min_nodes=1, nproc_per_node="1"),
                      check_network=False, environ={})
+
+
+def test_an_elastic_job_under_slurm_keeps_its_nodes_going_and_its_store_here(tmp_path,
+                                                                             monkeypatch):
+    from cpuft.launch.commands import srun_command
+    from cpuft.launch.sbatch import SbatchRequest, sbatch_script
+    from tests.unit.scheduler.recorded import BATCH_SCRIPT
+
+    monkeypatch.chdir(tmp_path)
+    cfg = build_launch(LaunchRequest(launcher="slurm", nnodes=2, min_nodes=1,
+                                     train_args=["--max-steps", "9"]),
+                       check_network=False, environ=BATCH_SCRIPT)
+    cfg.master_addr = "10.0.0.5"  # what the network check finds: this host's address
+    argv = srun_command(cfg)[0]
+    assert argv[:6] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                        "--kill-on-bad-exit=0", "--no-kill"]
+    assert {"--nnodes=1:2", f"--rdzv-endpoint=10.0.0.5:{cfg.master_port}"} <= set(argv)
+    for bad, message in ((dict(nnodes=3, min_nodes=1), r"the allocation has 2 node\(s\)"),
+                         (dict(nnodes=2), "--nnodes takes MIN:MAX there")):
+        with pytest.raises(CpuftError, match=message):
+            build_launch(LaunchRequest(launcher="slurm", **bad), check_network=False,
+                         environ=BATCH_SCRIPT)
+    script = sbatch_script(SbatchRequest(nodes=4, min_nodes=2, command=["train"],
+                                         python=PY, workdir="/w"), "test")
+    assert "#SBATCH --no-kill" in script
+    assert script.splitlines()[-1] == (
+        f"exec {PY} -m cpuft launch --launcher slurm --nnodes 2:4 --nproc-per-node auto -- "
+        "train --resume auto")
+    with pytest.raises(CpuftError, match="--min-nodes 5: from 1 to --nodes 4"):
+        sbatch_script(SbatchRequest(nodes=4, min_nodes=5, command=["train"], python=PY,
+                                    workdir="/w"), "test")

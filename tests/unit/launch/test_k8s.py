@@ -91,3 +91,28 @@ def test_the_command_line_writes_yaml_and_warns_without_a_volume(capsys):
     assert "no --volume: the run's checkpoints" in err
     assert main(["k8s", "manifest", "--nodes", "2", "--cpus", "8", "--memory", "16Gi",
                  "--image", "reg/ft:1", "--", "train", "--lr", "-1"]) == 2
+
+
+def test_an_elastic_job_has_its_store_apart_and_pods_that_come_back():
+    store_service, store, service, job = indexed_job(request(
+        min_nodes=1, store_selector={"cloud.example.com/lifecycle": "on-demand"}))
+    for doc in (store_service, store, service, job):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert store["kind"] == "Deployment" and store["spec"]["replicas"] == 1
+    pod = store["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"cloud.example.com/lifecycle": "on-demand"}
+    assert pod["containers"][0]["command"][-2:] == ["--listen", "$(POD_IP):29400"]
+    assert store_service["metadata"]["name"] == "ft-rendezvous"
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--nnodes") + 1] == "1:2"
+    assert command[command.index("--rdzv-endpoint") + 1] == "ft-rendezvous:29400"
+    spec = job["spec"]
+    assert spec["podFailurePolicy"]["rules"][0] == {
+        "action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert spec["successPolicy"] == {"rules": [{"succeededCount": 1}]}
+    with pytest.raises(CpuftError, match="--min-nodes makes an Indexed Job"):
+        trainjob(request(min_nodes=1))
+    with pytest.raises(CpuftError, match="--min-nodes 3: from 1 to --nodes 2"):
+        indexed_job(request(min_nodes=3))
+    with pytest.raises(CpuftError, match="not a Kubernetes label"):
+        indexed_job(request(min_nodes=1, store_selector={"bad key": "x"}))
