@@ -127,22 +127,3 @@ def clip_step(optimizer: AdamW, params: Iterable[torch.Tensor], max_norm: float)
     if max_norm > 0:
         divisor = torch.clamp((grad_norm(params) + 1e-6) / max_norm, min=1.0)
     optimizer.step(grad_scale=divisor)
-
-
-def linear_schedule(
-    optimizer: torch.optim.Optimizer, *, warmup_steps: int, total_steps: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / (warmup_steps + 1)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def constant_schedule(
-    optimizer: torch.optim.Optimizer, *, warmup_steps: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1))
-    )

@@ -30,7 +30,7 @@ def world(tmp_path_factory, tiny_model):
     (root / "nan.csv").write_text(f"text,label\n{rows}meh,NaN\n")
     (root / "na.csv").write_text(f"text,label\n{rows}meh,NA\n")
     (root / "mixed.csv").write_text(f"text,label\n{rows}ok,1\nfine,0\n")
-    (root / "cosine.toml").write_text('lr_schedule = "cosine"\n')
+    (root / "cosine.toml").write_text('lr_schedule = "cosine_with_hard_restarts"\n')
     (root / "afile").write_text("x")
     (root / "link").symlink_to(finished)
     return {"root": root, "model": tiny_model, "data": data, "finished": finished, "cut": cut}
@@ -54,7 +54,7 @@ CASES = {
                                                            "words (neg, pos)"),
     "epochs inf": (["--epochs", "inf"], "--epochs must be a finite number"),
     "schedule in a config file": (["--config", "{root}/cosine.toml"],
-                                  "'cosine' is not one of linear, constant"),
+                                  "'cosine_with_hard_restarts' is not one of linear, cosine"),
     "parent is a file": (["--output-dir", "{root}/afile/sub"], "is a file, not a folder"),
     "output dir a symlink": (["--output-dir", "{root}/link"], "is a symbolic link"),
     "unwritable output dir": (["--output-dir", "/proc/cpuft-run"], "cannot write in /proc"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import nn
@@ -23,6 +23,7 @@ from cpuft.api.optimizer import Bf16Optimizer, save_masters
 from cpuft.config import SpeedupConfig, TrainConfig
 from cpuft.config.sections import Attention, Precision
 from cpuft.engine.step import autocast_for
+from cpuft.errors import CpuftError, CpuftTypeError
 from cpuft.runtime import preview, start
 from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.speedups.bf16_weights import Bf16Weights, Bf16WeightsSpeedUp
@@ -56,13 +57,33 @@ def _fuse(optimizer: torch.optim.Optimizer) -> tuple[bool, str]:
     return True, f"torch's fused {name}"
 
 
-def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+@overload
+def optimize(model: nn.Module, optimizer: None = None, *, dtype: torch.dtype | None = None,
              precision: Precision = "auto", bf16_weights: bool = True,
              fast_dropout: bool = True, attention: Attention = "auto",
              channels_last: bool = True, fused_optimizer: bool = True,
              pin_cores: bool = True, example_input: torch.Tensor | None = None,
-             ) -> tuple[nn.Module, Any]:
-    """``(model, optimizer)`` with cpuft's speed-ups, for the loop that used them.
+             ) -> nn.Module: ...
+
+
+@overload
+def optimize(model: nn.Module, optimizer: torch.optim.Optimizer, *,
+             dtype: torch.dtype | None = None,
+             precision: Precision = "auto", bf16_weights: bool = True,
+             fast_dropout: bool = True, attention: Attention = "auto",
+             channels_last: bool = True, fused_optimizer: bool = True,
+             pin_cores: bool = True, example_input: torch.Tensor | None = None,
+             ) -> tuple[nn.Module, torch.optim.Optimizer]: ...
+
+
+def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+             dtype: torch.dtype | None = None,
+             precision: Precision = "auto", bf16_weights: bool = True,
+             fast_dropout: bool = True, attention: Attention = "auto",
+             channels_last: bool = True, fused_optimizer: bool = True,
+             pin_cores: bool = True, example_input: torch.Tensor | None = None,
+             ) -> nn.Module | tuple[nn.Module, torch.optim.Optimizer]:
+    """cpuft's speed-ups for a model and loop of your own, as ``ipex.optimize`` gave them.
 
     Call it once, after building the model and its optimizer and before training (and before
     wrapping the model in DDP). The model is patched in place. Use the optimizer returned: the
@@ -70,10 +91,30 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     class, groups and settings over their fp32 masters. Run the forward pass under
     ``with cpuft.autocast():``.
 
-    ``example_input``: an image batch for a convolutional network, to measure channels-last on
-    (a made-up 64 x 64 batch otherwise). In a job of several ranks, rank 0's measurement sets
-    every rank's layout: call ``cpuft.distributed.init()`` before this.
+    Args:
+        model: the ``nn.Module`` to speed up, in place.
+        optimizer: its optimizer, if it trains; without one, the model alone is returned.
+        dtype: ``torch.bfloat16`` or ``torch.float32``, as ipex takes it: the same as
+            ``precision="bf16"`` or ``"fp32"``.
+        precision: ``"auto"`` (bf16 where the CPU has it natively and it measures faster),
+            ``"bf16"`` or ``"fp32"``.
+        example_input: an image batch for a convolutional network, to measure channels-last
+            on (a made-up 64 x 64 batch otherwise). In a job of several ranks, rank 0's
+            measurement sets every rank's layout: call ``cpuft.distributed.init()`` first.
+        bf16_weights, fast_dropout, attention, channels_last, fused_optimizer, pin_cores: each
+            speed-up's switch, as ``cpuft train`` has them.
+
+    Returns:
+        ``model`` without an optimizer; ``(model, optimizer)`` with one.
+
+    Raises:
+        CpuftTypeError: ``model`` is no ``nn.Module``, ``optimizer`` no optimizer, or ``dtype``
+            neither bf16 nor fp32.
+        CpuftError: the optimizer holds none of the model's parameters, or a setting cannot
+            work.
     """
+    if dtype is not None:
+        precision = _precision_of(dtype, precision)
     check_model(model, "cpuft.optimize")
     if optimizer is not None:
         check_optimizer(optimizer, model, "cpuft.optimize")
@@ -87,7 +128,22 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     plan, optimizer = _weights_and_optimizer(model, optimizer, plan)
     _PLANS[model] = plan
     _LATEST[:] = [plan]
-    return model, optimizer
+    return model if optimizer is None else (model, optimizer)
+
+
+def _precision_of(dtype: Any, precision: str) -> Precision:
+    chosen: Precision
+    if dtype is torch.bfloat16:
+        chosen = "bf16"
+    elif dtype is torch.float32:
+        chosen = "fp32"
+    else:
+        raise CpuftTypeError(f"cpuft.optimize: dtype must be torch.bfloat16 or torch.float32, "
+                             f"not {dtype!r}")
+    if precision not in ("auto", chosen):
+        raise CpuftError(f"cpuft.optimize: dtype {dtype} and precision={precision!r} disagree: "
+                         "give one of them")
+    return chosen
 
 
 def _weights_and_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer | None,

@@ -24,6 +24,34 @@ def finite_float(text: str) -> float:
     return value
 
 
+HF_NAMES: dict[str, tuple[str, ...]] = {
+    "model": ("--model_name_or_path",),
+    "train_file": ("--train_file",),
+    "validation_file": ("--validation_file",),
+    "test_file": ("--test_file",),
+    "max_seq_length": ("--max_seq_length",),
+    "max_train_samples": ("--max_train_samples",),
+    "max_eval_samples": ("--max_eval_samples",),
+    "epochs": ("--num_train_epochs",),
+    "max_steps": ("--max_steps",),
+    "batch_size": ("--per_device_train_batch_size",),
+    "eval_batch_size": ("--per_device_eval_batch_size",),
+    "grad_accum": ("--gradient_accumulation_steps",),
+    "lr": ("--learning_rate",),
+    "warmup_ratio": ("--warmup_ratio",),
+    "lr_schedule": ("--lr_scheduler_type",),
+    "weight_decay": ("--weight_decay",),
+    "max_grad_norm": ("--max_grad_norm",),
+    "output_dir": ("--output_dir",),
+    "overwrite": ("--overwrite_output_dir",),
+    "save_steps": ("--save_steps",),
+    "log_steps": ("--logging_steps",),
+    "gradient_checkpointing": ("--gradient_checkpointing",),
+}
+"""Hugging Face TrainingArguments' (and its example scripts') names of cpuft's settings, taken
+with HF's meaning (docs/hf-trainer.md maps every argument, those cpuft lacks included)."""
+
+
 def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -33,10 +61,12 @@ def _flag(group: Any, s: Setting, aliases: Sequence[str] = (),
     """One setting's flag, absent from the parsed arguments unless given (or, with
     ``default``, that value, shown as its text)."""
     shown = repr(s.default) if default is None else default[1]
+    # A help text that names its own default (one that depends on the recipe) keeps it alone.
+    said = "(default:" in s.help
     kwargs: dict[str, Any] = {
         "dest": s.name,
         "default": argparse.SUPPRESS if default is None else default[0],
-        "help": f"{s.help} (default: {shown})",
+        "help": s.help if said else f"{s.help} (default: {shown})",
     }
     if s.kind is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
@@ -62,7 +92,10 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
         f"{name} settings" if name in SECTIONS else f"{name} recipe settings (other recipes "
         "refuse them)") for name in all_sections()}
     for s in settings().values():
-        _flag(groups[s.section], s)
+        _flag(groups[s.section], s, HF_NAMES.get(s.name, ()))
+    groups["speedups"].add_argument(
+        "--bf16", dest="precision", action="store_const", const="bf16",
+        default=argparse.SUPPRESS, help="HF Trainer's --bf16: --precision bf16")
 
 
 def add_setting_flags(group: Any, names: Iterable[str],

@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-samples", type=int, required=True, help="training samples")
-    p.add_argument("--epochs", type=finite_float, default=1.0)
+    p.add_argument("--epochs", type=finite_float, default=1.0,
+                   help="passes over the training samples (default: 1)")
     p.add_argument("--nodes", default="1,2,4,8,16,32", help="node counts to forecast")
     p.add_argument("--global-batch", type=int, default=0,
                    help="samples a step over all nodes (default: the calibrated batch on every "
@@ -53,8 +54,9 @@ def register(sub: Any) -> None:
                    help="each node's network, Gbit/s")
     t.add_argument("--isa", default="", help="the nodes' ISA class: avx2, avx512, avx512_bf16, "
                                              "amx (default: the calibrated node's)")
-    t.add_argument("--price-per-hour", type=finite_float, default=0.0,
-                   help="a node's price an hour, US$ (with --cores)")
+    t.add_argument("--price-per-node-hour", "--price-per-hour", dest="price_per_hour",
+                   type=finite_float, default=0.0,
+                   help="a node's price an hour, US$ (with --cores), as cpuft report takes it")
     t.add_argument("--latency-us", type=finite_float, default=0.0,
                    help="node-to-node latency (default: measured with --cluster-check, else "
                         "assumed 50 us)")
@@ -90,7 +92,7 @@ def _check(args: argparse.Namespace) -> None:
     if bool(args.instance) == bool(args.cores):
         raise CpuftError("give --instance NAME or --cores C with --link-gbit G (one of them)")
     if args.cores < 0 or args.latency_us < 0 or args.price_per_hour < 0:
-        raise CpuftError("--cores, --latency-us and --price-per-hour must be positive")
+        raise CpuftError("--cores, --latency-us and --price-per-node-hour must be positive")
     if args.link_gbit is not None and args.link_gbit <= 0:
         raise CpuftError(f"--link-gbit must be positive, not {args.link_gbit:g}")
     if args.cores and args.link_gbit is None and not args.cluster_check:

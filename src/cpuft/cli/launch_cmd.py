@@ -44,6 +44,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from cpuft.cli.flags import config_from_args
     from cpuft.cli.main import build_parser
+    from cpuft.launch.elastic import check_batch_splits
     from cpuft.launch.program import rank_program
     from cpuft.launch.request import build_launch
     from cpuft.launch.run import run_job
@@ -56,4 +57,6 @@ def run(args: argparse.Namespace) -> int:
     # launcher sets up for them (the allocator it preloads).
     cfg = config_from_args(build_parser().parse_args(["train", *rank.args]))
     request = launch_request(args, list(rank.args), cfg.speedups.allocator)
+    if request.min_nodes is not None and request.nnodes is not None:
+        check_batch_splits(cfg.optimization.batch_size, request.min_nodes, request.nnodes)
     return int(run_job(build_launch(request)))

@@ -23,13 +23,16 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
                    help="local (the default), ssh (the default with --hostfile), mpirun, or "
                         "slurm (the default inside a Slurm allocation: srun starts each node)")
     g.add_argument("--master-addr", help="rendezvous address (default: the first host's)")
-    g.add_argument("--master-port", type=int, default=29500)
+    g.add_argument("--master-port", type=int, default=29500,
+                   help="the rendezvous port on the first host (default: 29500)")
     g.add_argument("--max-restarts", type=int, default=0,
                    help="restart the workers this often; they resume from the last checkpoint")
     g.add_argument("--remote-shell", default=None,
                    help="how to run a command on a host; {host} and optionally {command} "
                         "(default: 'ssh -o BatchMode=yes -- {host} {command}')")
-    g.add_argument("--mpi", choices=("openmpi", "intelmpi"), default="openmpi")
+    g.add_argument("--mpi", choices=("openmpi", "intelmpi"), default="openmpi",
+                   help="with --launcher mpirun: Open MPI, or Intel MPI and MPICH's Hydra "
+                        "(default: openmpi)")
     g.add_argument("--comm-cores", type=int, default=0,
                    help="cores per rank taken from compute for gloo's communication threads")
     n = parser.add_argument_group(

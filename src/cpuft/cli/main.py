@@ -3,18 +3,63 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from cpuft import __version__
 from cpuft.errors import CpuftError
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors exit with 2 after one line (argparse's own code is 2 too)."""
+    """argparse, but usage errors exit with 2 after one line (argparse's own code is 2 too), a
+    flag is never taken for a longer one that it begins (``--bf16`` is not ``--bf16-weights``),
+    and an unknown flag is named with the nearest real ones of its own command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"cpuft: {message} (see `{self.prog} --help`)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            command = _command_parser(self, parsed)
+            command.error(unknown_flags(unknown, command))
+        return parsed
+
+
+def _command_parser(parser: argparse.ArgumentParser,
+                    parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)command that ``parsed`` went through."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+            if chosen is not None:
+                return _command_parser(chosen, parsed)
+    return parser
+
+
+def unknown_flags(unknown: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """One line: the first unknown flag and the command's nearest real ones."""
+    flag = next((u for u in unknown if u.startswith("-")), unknown[0]).split("=", 1)[0]
+    # Compared with '_' as '-', so that HF's spelling finds cpuft's and the other way round.
+    known: dict[str, str] = {}
+    for action in parser._actions:
+        for option in action.option_strings:  # cpuft's own spelling first, HF's after it
+            if option.startswith("--"):
+                known.setdefault(option.replace("_", "-"), option)
+    typed = flag.replace("_", "-")
+    begun = [k for k in known if k.startswith(typed) and k != typed]  # what a prefix meant
+    close = difflib.get_close_matches(typed, known, n=3, cutoff=0.7)
+    near = [known[k] for k in dict.fromkeys([*begun, *close])][:3]
+    hint = f"; did you mean {' or '.join(near)}?" if near else ""
+    what = "unknown flag" if flag.startswith("-") else "unexpected argument"
+    return f"{what} {flag}{hint}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="cpuft", description="Fast fine-tuning of PyTorch models on CPUs.")
     parser.add_argument("--version", action="version", version=f"cpuft {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # Not "command": that is what launch, slurm script and k8s manifest call what ranks run.
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     train_cmd.register(sub)
     launch_cmd.register(sub)
     bench_cmd.register(sub)

@@ -50,10 +50,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     me = rank_info(os.environ)
     if wants_launch(args) and not me.distributed:
+        from cpuft.launch.elastic import check_batch_splits
         from cpuft.launch.request import build_launch
         from cpuft.launch.run import run_job
 
         request = launch_request(args, strip_launch_flags(args.argv), cfg.speedups.allocator)
+        if request.min_nodes is not None and request.nnodes is not None:
+            check_batch_splits(cfg.optimization.batch_size, request.min_nodes, request.nnodes)
         return run_job(build_launch(request))
     if me.distributed:
         from cpuft.launch.tagged_output import tag_rank_output

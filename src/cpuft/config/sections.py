@@ -22,7 +22,8 @@ Attention = Literal["auto", "eager", "sdpa"]
 Allocator = Literal["auto", "tcmalloc", "jemalloc", "system"]
 Backend = Literal["auto", "gloo", "mpi", "ccl"]
 GradCompression = Literal["none", "bf16", "powersgd"]
-LrSchedule = Literal["linear", "constant"]
+LrSchedule = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                     "constant_with_warmup", "inverse_sqrt"]
 Resume = Literal["no", "yes", "auto"]
 
 DEFAULT_TASK = "rotten_tomatoes"
@@ -118,7 +119,9 @@ class OptimizationConfig:
     warmup_ratio: float = setting(0.06, same_on_resume=True)
     """Fraction of steps of linear warm-up."""
     lr_schedule: LrSchedule = setting("linear", same_on_resume=True)
-    """linear (warm-up, then decay to 0) or constant (after warm-up)."""
+    """The learning-rate schedule, as transformers.get_scheduler makes it (HF's
+    lr_scheduler_type): linear and cosine decay after the warm-up, constant has none,
+    constant_with_warmup warms up then holds."""
     weight_decay: float = setting(0.01, same_on_resume=True)
     """AdamW weight decay (not applied to biases and norms)."""
     max_grad_norm: float = setting(1.0, same_on_resume=True)

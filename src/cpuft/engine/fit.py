@@ -13,12 +13,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
+from cpuft.config.sections import LrSchedule
 from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import (
     load_checkpoint,
@@ -31,7 +32,7 @@ from cpuft.engine.step import Batch, LossFn, StepStats, TrainStep
 from cpuft.engine.weights import WeightHolder, WeightsFactory
 from cpuft.errors import CpuftError
 from cpuft.metrics import MetricLogger
-from cpuft.optim import build_optimizer, constant_schedule, linear_schedule
+from cpuft.optim import build_optimizer
 
 
 class BatchSource(Protocol):
@@ -55,7 +56,8 @@ class FitConfig:
     lr: float = 5e-5
     warmup_steps: int = 0
     lr_schedule: str = "linear"
-    """'linear' (warm-up, then linear decay to 0) or 'constant' (after warm-up)."""
+    """A schedule of transformers.get_scheduler: 'linear', 'cosine', 'constant',
+    'constant_with_warmup', 'polynomial', 'cosine_with_restarts' or 'inverse_sqrt'."""
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     grad_accum: int = 1
@@ -145,12 +147,19 @@ def fit(
 
 
 def _scheduler(optimizer: torch.optim.Optimizer, config: FitConfig) -> LRScheduler:
-    if config.lr_schedule == "linear":
-        return linear_schedule(optimizer, warmup_steps=config.warmup_steps,
-                               total_steps=config.total_steps)
-    if config.lr_schedule == "constant":
-        return constant_schedule(optimizer, warmup_steps=config.warmup_steps)
-    raise CpuftError(f"unknown lr schedule {config.lr_schedule!r}: use linear or constant")
+    from transformers import SchedulerType, get_scheduler
+
+    if config.lr_schedule not in SCHEDULES:
+        raise CpuftError(f"unknown lr schedule {config.lr_schedule!r}: use one of "
+                         f"{', '.join(SCHEDULES)}")
+    scheduler: LRScheduler = get_scheduler(
+        SchedulerType(config.lr_schedule), optimizer, num_warmup_steps=config.warmup_steps,
+        num_training_steps=config.total_steps)
+    return scheduler
+
+
+SCHEDULES = get_args(LrSchedule)
+"""transformers.get_scheduler's schedules that need nothing but the warm-up and the steps."""
 
 
 class _Loop:
@@ -181,6 +190,8 @@ class _Loop:
                                     weights=weights, max_grad_norm=config.max_grad_norm,
                                     loss_fn=loss_fn, forward_model=forward_model, dist=dist)
         self.step = self.epoch = self.position = 0
+        self.n_batches = 1
+        """Batches in the epoch under way."""
         self.saved_step = 0
         self.saved_at = time.perf_counter()
         self.is_main = dist is None or dist.info.is_main
@@ -197,7 +208,8 @@ class _Loop:
             self._restore(state)
         self.model.train()
         self.logger.start(config.total_steps, self.step)
-        self.window = {"samples": 0, "tokens": 0, "start": time.perf_counter()}
+        self.window = {"samples": 0, "tokens": 0, "loss": 0.0, "steps": 0,
+                       "start": time.perf_counter()}
         started = self.started = time.perf_counter()
         with stop_flag() as stop:
             try:
@@ -234,6 +246,7 @@ class _Loop:
         if n_batches == 0:
             raise CpuftError("the training data gives no batches")
         batches = self.source.iterate(self.epoch, self.position)
+        self.n_batches = n_batches
         while self.position < n_batches and self.step < config.total_steps:
             step_started = time.perf_counter()
             group = min(config.grad_accum, n_batches - self.position)
@@ -284,6 +297,8 @@ class _Loop:
         result.comm_wait_seconds += stats.comm_wait
         window["samples"] += stats.samples
         window["tokens"] += stats.tokens
+        window["loss"] += stats.loss
+        window["steps"] += 1
         result.losses.append(stats.loss)
         now = time.perf_counter()
         result.step_seconds.append(now - step_started)
@@ -294,7 +309,8 @@ class _Loop:
         world = dist.info.world_size if dist is not None else 1
         record = {
             "step": self.step,
-            "epoch": self.epoch,
+            # Where in the data the step ended: 1.5 is half-way through the second epoch.
+            "epoch": round(self.epoch + self.position / self.n_batches, 4),
             "loss": stats.loss,
             "lr": self.scheduler.get_last_lr()[0],
             "samples_per_second": window["samples"] * world / elapsed,
@@ -303,14 +319,18 @@ class _Loop:
         }
         self.logger.step(record)
         if self.step % self.config.log_steps == 0 or self.step == self.config.total_steps:
+            # The logged loss is the mean over the steps since the last record, not the last
+            # step's alone, which swings with its batch.
+            mean_loss = float(window["loss"]) / max(1, int(window["steps"]))
+            record["loss"] = mean_loss
             if dist is not None:
                 samples_sum, tokens_sum, loss_sum = dist.all_reduce_sum(
-                    [window["samples"], window["tokens"], stats.loss])
+                    [window["samples"], window["tokens"], mean_loss])
                 record |= {"loss": loss_sum / dist.info.world_size,
                            "samples_per_second": samples_sum / elapsed,
                            "tokens_per_second": tokens_sum / elapsed}
             self.logger.log(record)
-            self.window = {"samples": 0, "tokens": 0, "start": now}
+            self.window = {"samples": 0, "tokens": 0, "loss": 0.0, "steps": 0, "start": now}
 
     def _note_progress(self) -> None:
         assert self.config.output_dir is not None

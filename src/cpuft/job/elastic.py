@@ -10,13 +10,15 @@ the run's marker) from one that has it, and then load it as any resumed run does
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from cpuft.config import TrainConfig
 from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import (
     checkpoint_bytes,
@@ -24,6 +26,7 @@ from cpuft.engine.checkpoint import (
     latest_checkpoint,
     save_checkpoint_bytes,
 )
+from cpuft.errors import CpuftError
 from cpuft.job.outdir import RUN_MARKER
 from cpuft.log import get_logger
 
@@ -44,6 +47,26 @@ class Start:
     """Whether every node sees the one output folder."""
     history: list[dict[str, Any]]
     """The changes of membership so far, this start's last."""
+    given_batch: int | None = None
+    """A first start on fewer ranks than MAX nodes give: the --batch-size given, a rank's batch
+    on MAX nodes (this start's ranks take more, the same global batch)."""
+
+
+def full_job_batch(cfg: TrainConfig, world: int, ranks_at_max: int) -> TrainConfig:
+    """An elastic run's first start: --batch-size is a rank's batch when all MAX nodes are in;
+    on fewer, each rank takes its share of that global batch."""
+    batch = cfg.optimization.batch_size
+    if world == ranks_at_max:
+        return cfg
+    total = batch * ranks_at_max
+    if total % world:
+        raise CpuftError(f"the elastic job's global batch of {total} samples (--batch-size "
+                         f"{batch} on {ranks_at_max} ranks) does not split over the {world} "
+                         "ranks that met: give a --batch-size that every number of nodes "
+                         "from MIN to MAX divides")
+    LOG.info(f"{world} of {ranks_at_max} ranks met: {total // world} samples a rank, the "
+             f"global batch of {total} the whole job has")
+    return replace(cfg, optimization=replace(cfg.optimization, batch_size=total // world))
 
 
 def output_shared(out: Path, dist: DistContext) -> bool:
@@ -52,8 +75,9 @@ def output_shared(out: Path, dist: DistContext) -> bool:
     token = dist.broadcast_bytes(token.encode(), src=0).decode()
     probe = out / f".cpuft-shared-{token}"
     if dist.info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
+        # Where rank 0 cannot write, no rank finds the file; check_output_dir then says why.
+        with contextlib.suppress(OSError):
+            probe.write_text("")
     dist.barrier()
     shared = dist.on_every_rank(probe.is_file())
     if dist.info.is_main:
@@ -73,6 +97,8 @@ def share_newest_checkpoint(out: Path, dist: DistContext) -> int:
     files = [name for name in SHIPPED if (out / name).is_file()] if dist.info.rank == src else []
     names = dist.broadcast_bytes(json.dumps(files).encode(), src).decode()
     receives = steps[dist.info.rank] < best and dist.info.local_rank == 0
+    if receives:
+        out.mkdir(parents=True, exist_ok=True)
     if dist.info.rank == src:
         LOG.info(f"giving the checkpoint of step {best} to the nodes that lack it")
     for name in json.loads(names):
@@ -114,7 +140,10 @@ def begin(out: Path, dist: DistContext | None) -> Start:
     """Make the newest checkpoint every node's, and note the change of membership that this
     start is (where the run had trained before); every rank calls it. A world of one (all
     but one node lost) has no process group: it reads its own folder."""
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CpuftError(f"--output-dir {out}: cannot be made ({e.strerror})") from None
     shared = output_shared(out, dist) if dist is not None else True
     if not shared:
         assert dist is not None

@@ -85,12 +85,15 @@ def fit_to_world(out: Path, cfg: TrainConfig, world: int) -> TrainConfig:
                                              batch_size=global_batch // world))
 
 
-def write_marker(out: Path, cfg: TrainConfig, world: int, resumed: bool) -> None:
-    """Mark ``out`` as this run's: its settings and world, and the batch a rank took when it
-    began (what a later resume on another world keeps the global batch by)."""
-    given = cfg.optimization.batch_size
-    if resumed and (out / RUN_MARKER).is_file():
-        given = _marker(out).get("given_batch_size", given)
+def write_marker(out: Path, cfg: TrainConfig, world: int, resumed: bool,
+                 given: int | None = None) -> None:
+    """Mark ``out`` as this run's: its settings and world, and ``given``, the --batch-size the
+    run was started with (by default this start's, or the marker's on resume): what a later
+    resume on another world keeps the global batch by."""
+    if given is None:
+        given = cfg.optimization.batch_size
+        if resumed and (out / RUN_MARKER).is_file():
+            given = _marker(out).get("given_batch_size", given)
     (out / RUN_MARKER).write_text(json.dumps({"config": to_flat(cfg), "world_size": world,
                                               "given_batch_size": given}, indent=2) + "\n")
 

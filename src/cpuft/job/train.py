@@ -53,9 +53,21 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             found = latest_checkpoint(out) is not None
             cfg = replace(cfg, output=replace(cfg.output, resume="yes" if found else "no",
                                               overwrite=cfg.output.overwrite or not found))
+            if begun is not None and not found:
+                cfg, begun = _first_elastic_start(cfg, begun, runtime.dist)
         return run_train(cfg, runtime.plan, runtime.dist, begun)
     finally:
         runtime.close()
+
+
+def _first_elastic_start(cfg: TrainConfig, begun: elastic.Start,
+                         dist: DistContext | None) -> tuple[TrainConfig, elastic.Start]:
+    """The batch of an elastic run's first start, where not every node is in yet."""
+    most = int(os.environ[ELASTIC_ENV].rpartition(":")[2])
+    world, local = (dist.info.world_size, dist.info.local_world_size) if dist else (1, 1)
+    given = cfg.optimization.batch_size
+    return (elastic.full_job_batch(cfg, world, most * local),
+            replace(begun, given_batch=given))
 
 
 def run_train(cfg: TrainConfig, plan: SpeedPlan, dist: DistContext | None = None,
@@ -96,11 +108,17 @@ def _train(run: Run, out: Path, resume_from: Path | None, dist: DistContext | No
     if begun is not None and (main or own_copy):
         elastic.write_history(out, begun.history)
         if own_copy:
-            write_marker(out, run.cfg, run.world_size, resume_from is not None)
+            write_marker(out, run.cfg, run.world_size, resume_from is not None,
+                         begun.given_batch)
     before = _before(run, out, resume_from, main)
-    logger = MetricLogger(_start_run_folder(run, out, resume_from) if main else [])
+    logger = MetricLogger(_start_run_folder(run, out, resume_from,
+                                            begun.given_batch if begun else None)
+                          if main else [])
     if main:
         LOG.info(_describe(run))
+        if run.plan.precision == "bf16" and "no native bf16" in run.plan.precision_reason:
+            LOG.warning("bf16 was asked for, but this CPU has no native bf16 (avx512_bf16 or "
+                        "AMX): it will be emulated and slower than fp32")
         if dist is not None and not cfg.distributed.grad_sync:
             LOG.info("--no-grad-sync: the ranks send no gradients, so each trains apart on its "
                      "own share; this run measures speed, its model is rank 0's alone")
@@ -149,9 +167,10 @@ def _before(run: Run, out: Path, resume_from: Path | None,
     return before
 
 
-def _start_run_folder(run: Run, out: Path, resume_from: Path | None) -> list[MetricSink]:
+def _start_run_folder(run: Run, out: Path, resume_from: Path | None,
+                      given_batch: int | None = None) -> list[MetricSink]:
     """Mark the folder as this run's, and the sinks its metrics go to."""
-    write_marker(out, run.cfg, run.world_size, resume_from is not None)
+    write_marker(out, run.cfg, run.world_size, resume_from is not None, given_batch)
     run.task.write_metadata(out)
     if resume_from is not None:
         LOG.info(f"resuming from {resume_from}")

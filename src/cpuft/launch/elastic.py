@@ -46,3 +46,19 @@ def rdzv_conf() -> str:
     """torchrun's --rdzv-conf of every agent of an elastic job: none serves the store."""
     return (f"is_host=false,last_call_timeout={LAST_CALL_S},join_timeout={JOIN_TIMEOUT_S},"
             f"keep_alive_interval={KEEP_ALIVE_S},keep_alive_max_attempt={KEEP_ALIVE_MISSED}")
+
+
+def check_batch_splits(batch: int, min_nodes: int, max_nodes: int) -> None:
+    """An elastic run keeps the global batch of its MAX nodes (``batch`` a rank) on whatever
+    number of nodes is left: each count from MIN to MAX must divide it, or one line says
+    which do not and the nearest batch that works."""
+    def fails(b: int) -> list[int]:
+        return [n for n in range(min_nodes, max_nodes + 1) if b * max_nodes % n]
+
+    bad = fails(batch)
+    if not bad:
+        return
+    works = next(b for b in range(batch + 1, batch * max_nodes * 2520 + 2) if not fails(b))
+    raise CpuftError(f"--nnodes {min_nodes}:{max_nodes} with --batch-size {batch}: the global "
+                     f"batch ({batch} a rank on {max_nodes} nodes) does not split evenly over "
+                     f"{' or '.join(map(str, bad))} node(s); --batch-size {works} does")

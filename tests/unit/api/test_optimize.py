@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import cpuft
-from cpuft.errors import CpuftError
+from cpuft.errors import CpuftError, CpuftTypeError
 from cpuft.speedups.dropout import FastDropout
 
 
@@ -84,7 +84,7 @@ def test_a_transformers_model_gets_matmul_attention(tiny_model: Path) -> None:
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=2)
-    model, _ = cpuft.optimize(model, precision="fp32")
+    model = cpuft.optimize(model, precision="fp32")
     plan = cpuft.report_plan(model)
     assert plan["attention"] == "cpuft_eager"
     assert plan["channels_last_reason"] == "the model has no 2-d convolutions"
@@ -96,7 +96,7 @@ def test_an_unknown_module_is_left_alone() -> None:
     model = Mlp()
     odd = model.odd
     before = copy.deepcopy(model.state_dict())
-    model, _ = cpuft.optimize(model, precision="fp32")
+    model = cpuft.optimize(model, precision="fp32")
     assert model.odd is odd and type(model.odd) is Unknown
     assert isinstance(model.body[2], nn.Dropout)  # p = 0: nothing to draw, nothing swapped
     for name, value in model.state_dict().items():
@@ -166,8 +166,8 @@ def test_a_model_without_parameters_is_refused() -> None:
 
 
 def test_autocast_is_bf16_exactly_where_optimize_chose_it() -> None:
-    fp32_model, _ = cpuft.optimize(nn.Linear(4, 4), precision="fp32")
-    bf16_model, _ = cpuft.optimize(nn.Linear(4, 4), precision="bf16")
+    fp32_model = cpuft.optimize(nn.Linear(4, 4), precision="fp32")
+    bf16_model = cpuft.optimize(nn.Linear(4, 4), precision="bf16")
     x = torch.randn(2, 4)
     with cpuft.autocast(fp32_model):
         assert fp32_model(x).dtype == torch.float32
@@ -175,3 +175,19 @@ def test_autocast_is_bf16_exactly_where_optimize_chose_it() -> None:
         assert bf16_model(x).dtype == torch.bfloat16
     with cpuft.autocast():  # the model optimized last
         assert bf16_model(x).dtype == torch.bfloat16
+
+
+def test_optimize_returns_what_ipex_returns_and_takes_its_dtype():
+    model = nn.Linear(4, 4)
+    assert cpuft.optimize(model, dtype=torch.float32) is model  # no optimizer: the model
+    assert cpuft.report_plan(model)["precision"] == "fp32"
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    returned = cpuft.optimize(model, optimizer, dtype=torch.float32)
+    assert isinstance(returned, tuple) and returned[0] is model and returned[1] is optimizer
+    bf16 = nn.Linear(4, 4)
+    cpuft.optimize(bf16, dtype=torch.bfloat16)
+    assert cpuft.report_plan(bf16)["precision"] == "bf16"
+    with pytest.raises(CpuftTypeError, match=r"dtype must be torch\.bfloat16 or torch\.float32"):
+        cpuft.optimize(nn.Linear(4, 4), dtype=torch.float16)
+    with pytest.raises(CpuftError, match="disagree"):
+        cpuft.optimize(nn.Linear(4, 4), dtype=torch.bfloat16, precision="fp32")

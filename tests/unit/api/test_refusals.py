@@ -49,7 +49,7 @@ def _fit(model=None, data=None, **kwargs):
     (lambda: _fit(criterion=CE, lr=-1.0), CpuftError, "lr must be positive"),
     (lambda: _fit(criterion=CE, lr=math.nan), CpuftError, "lr must be a finite number"),
     (lambda: _fit(criterion=CE, lr="fast"), CpuftTypeError, "setting lr: expected float"),
-    (lambda: _fit(criterion=CE, lr=1e12, max_steps=3), CpuftError,
+    (lambda: _fit(criterion=CE, lr=1e12, max_steps=6), CpuftError,
      ": lower lr (now 1e+12)"),
     (lambda: cpuft.optimize(_model(), torch.optim.AdamW(_model().parameters())), CpuftError,
      "the optimizer holds none of the model's parameters"),

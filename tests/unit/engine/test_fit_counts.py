@@ -1,7 +1,8 @@
+import pytest
 import torch
 from torch import nn
 
-from cpuft.engine.fit import FitConfig, fit
+from cpuft.engine.fit import SCHEDULES, FitConfig, fit
 
 MASKS = (torch.tensor([[1, 1, 0], [1, 0, 0]]), torch.tensor([[1, 0], [1, 0]]),
          torch.tensor([[1, 1, 1], [0, 0, 0]]))
@@ -55,3 +56,54 @@ def test_a_checkpoint_is_written_once_the_time_since_the_last_one_has_passed(
         loss_fn=four_seconds_a_step)
     # Every 2 steps; a step-checkpoint restarts the clock, so time never comes due
     assert [step for step, _ in saved] == [2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_each_schedule_is_transformers_own(name):
+    from transformers import get_scheduler
+
+    from cpuft.metrics import MetricLogger, MetricSink
+
+    class Rates(MetricSink):
+        def __init__(self):
+            self.seen = []
+
+        def step(self, record):
+            self.seen.append(record["lr"])
+
+    rates = Rates()
+    fit(nn.Linear(4, 1), Batches(), FitConfig(total_steps=12, lr=1e-2, warmup_steps=3,
+                                              lr_schedule=name),
+        loss_fn=lambda m, batch: m(batch["x"]).pow(2).mean(), logger=MetricLogger([rates]))
+    reference = torch.optim.SGD(nn.Linear(4, 1).parameters(), lr=1e-2)
+    schedule = get_scheduler(name, reference, num_warmup_steps=3, num_training_steps=12)
+    expected = []
+    for _ in range(12):
+        reference.step()
+        schedule.step()
+        expected.append(schedule.get_last_lr()[0])
+    assert rates.seen == pytest.approx(expected)
+    assert len(set(expected)) > 1 or name == "constant"
+
+
+def test_a_logged_loss_is_the_mean_of_its_window_and_the_epoch_a_fraction():
+    from cpuft.metrics import MetricLogger, MetricSink
+
+    class Records(MetricSink):
+        def __init__(self):
+            self.logged = []
+
+        def log(self, record):
+            self.logged.append(dict(record))
+
+    records = Records()
+    result = fit(nn.Linear(4, 1), Batches(), FitConfig(total_steps=7, lr=1e-2, log_steps=3),
+                 loss_fn=lambda m, batch: m(batch["x"]).pow(2).mean(),
+                 logger=MetricLogger([records]))
+    losses = result.losses
+    assert [r["step"] for r in records.logged] == [3, 6, 7]
+    assert [r["loss"] for r in records.logged] == pytest.approx(
+        [sum(losses[0:3]) / 3, sum(losses[3:6]) / 3, losses[6]])
+    assert losses[0] != losses[2]  # a window's mean is not its last step
+    # Three batches an epoch: step 3 ends the first, step 7 is a third into the third
+    assert [r["epoch"] for r in records.logged] == [1.0, 2.0, pytest.approx(2.3333, abs=1e-4)]

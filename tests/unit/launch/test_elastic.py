@@ -118,3 +118,45 @@ def test_an_elastic_job_under_slurm_keeps_its_nodes_going_and_its_store_here(tmp
     with pytest.raises(CpuftError, match="--min-nodes 5: from 1 to --nodes 4"):
         sbatch_script(SbatchRequest(nodes=4, min_nodes=5, command=["train"], python=PY,
                                     workdir="/w"), "test")
+
+
+def test_the_global_batch_must_split_over_every_number_of_nodes_left():
+    from cpuft.launch.elastic import check_batch_splits
+
+    check_batch_splits(4, 2, 3)  # 12 over 2 and 3
+    check_batch_splits(3, 1, 4)  # 12 over 1, 2, 3 and 4
+    with pytest.raises(CpuftError) as caught:
+        check_batch_splits(4, 2, 4)  # 16 over 3: no
+    assert str(caught.value) == ("--nnodes 2:4 with --batch-size 4: the global batch (4 a rank "
+                                 "on 4 nodes) does not split evenly over 3 node(s); "
+                                 "--batch-size 6 does")
+
+
+def test_a_first_start_on_fewer_nodes_keeps_the_whole_jobs_global_batch():
+    from cpuft.config import TrainConfig, config_from
+    from cpuft.job.elastic import full_job_batch
+
+    cfg = config_from({"batch_size": 4})
+    assert full_job_batch(cfg, 3, 3).optimization.batch_size == 4
+    assert full_job_batch(cfg, 2, 3).optimization.batch_size == 6  # 12 over the 2 that met
+    with pytest.raises(CpuftError, match="does not split over the 5 ranks"):
+        full_job_batch(cfg, 5, 6)
+    assert isinstance(cfg, TrainConfig)
+
+
+def test_elastic_commands_refuse_a_batch_that_does_not_split(tmp_path, capsys):
+    from cpuft.cli.main import main
+
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a\nb\nc\nd\n")
+    for argv in (["train", "--hostfile", str(hostfile), "--nnodes", "2:4", "--rdzv-endpoint",
+                  "login:29400", "--batch-size", "4"],
+                 ["slurm", "script", "--nodes", "4", "--min-nodes", "2", "--output", "-",
+                  "--", "train", "--batch-size", "4"],
+                 ["k8s", "manifest", "--kind", "job", "--nodes", "4", "--min-nodes", "2",
+                  "--cpus", "8", "--memory", "8Gi", "--image", "i:1", "--", "train",
+                  "--batch-size", "4"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err == ("cpuft: --nnodes 2:4 with --batch-size 4: the global batch (4 a rank on "
+                       "4 nodes) does not split evenly over 3 node(s); --batch-size 6 does"), err
