@@ -18,7 +18,7 @@ import json, os, signal, sys
 from pathlib import Path
 import torch
 from torch import nn
-from cpuft.distributed.group import init_distributed, shutdown
+from cpuft.distributed.group import init_distributed
 from cpuft.engine.fit import FitConfig, fit
 from cpuft.engine.signals import Interrupted
 
@@ -54,8 +54,12 @@ try:
     stopped = None
 except Interrupted as e:
     stopped = str(e)
-print(json.dumps({"rank": ctx.info.rank, "stopped": stopped, "steps": len(calls)}))
-shutdown(ctx)
+print(json.dumps({"rank": ctx.info.rank, "stopped": stopped, "steps": len(calls)}), flush=True)
+# Leaving the job is not what these tests check: torch 2.13's gloo can abort a rank as it
+# tears down ("terminate called without an active exception") when its peer has gone first,
+# seen about once in a dozen runs here. Both ranks are done with every collective: they leave
+# at once.
+os._exit(0)
 """
 
 

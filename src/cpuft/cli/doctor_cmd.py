@@ -33,7 +33,8 @@ def print_report(rep: dict[str, Any]) -> None:
     table = Table(title="this node", show_header=False)
     for key, value in (
         ("CPU", topo["cpu"]),
-        ("ISA", " ".join(topo["isa"]) or "none of interest"),
+        # The class cpuft plan and summary.json name; then the features behind it
+        ("ISA", f"{topo['isa_class']}" + (f" ({' '.join(topo['isa'])})" if topo["isa"] else "")),
         ("sockets / NUMA nodes", f"{topo['sockets']} / {topo['numa_nodes']}"),
         ("physical cores / logical CPUs", f"{topo['physical_cores']} / {topo['logical_cpus']}"),
         ("affinity mask", f"{topo['affinity_cores']} physical core(s)"),

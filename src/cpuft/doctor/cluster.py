@@ -82,7 +82,8 @@ def check_cluster(cfg: LaunchConfig, master_given: bool) -> dict[str, Any]:
                                          "drop the host to train in bf16 where it is faster"))
     else:
         for host, isa in isas.items():
-            found.append(_finding(host, "isa", OK, " ".join(isa.names()) or "no AVX-512"))
+            features = " ".join(isa.names()) or "no AVX-512"
+            found.append(_finding(host, "isa", OK, f"{isa.class_name} ({features})"))
     network_ok = len(reachable) == len(cfg.hosts)
     if network_ok:
         try:

@@ -43,7 +43,7 @@ class NodeFacts:
         out["topology"] = {
             "cpu": t.model_name, "sockets": t.sockets, "numa_nodes": t.numa_nodes,
             "physical_cores": t.physical_cores, "threads_per_core": t.threads_per_core,
-            "logical_cpus": len(t.cpus), "isa": t.isa.names(),
+            "logical_cpus": len(t.cpus), "isa": t.isa.names(), "isa_class": t.isa.class_name,
             "affinity_cores": t.cores_allowed or t.physical_cores, "cpu_quota": t.cpu_quota,
             "cpu_bound": t.cpu_bound,
         }

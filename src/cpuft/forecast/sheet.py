@@ -127,19 +127,35 @@ def chart(sheet: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     nodes = [f["nodes"] for f in sheet["nodes"]]
-    longest = max(f["wall_seconds"] for f in sheet["nodes"])
+    walls = [f["wall_seconds"] for f in sheet["nodes"]]
+    longest = max(walls)
     unit, per = ("hours", 3600) if longest >= 7200 else ("minutes", 60)
-    fig, ax = plt.subplots(figsize=(7, 4.6))
-    ax.plot(nodes, [f["wall_seconds"] / per for f in sheet["nodes"]], "o-", color="#e07b39",
-            label="wall time")
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    ax.plot(nodes, [w / per for w in walls], "o-", color="#e07b39", label="wall time")
+    if sheet.get("preemption"):
+        spot_walls = [(k, f["spot_wall_seconds"] / per) for k, f in zip(nodes, sheet["nodes"],
+                                                                          strict=True)
+                      if f["spot_ends"]]
+        if spot_walls:
+            ax.plot(*zip(*spot_walls, strict=True), "o--", color="#e07b39",
+                    label="wall time, spot")
     ax.set_xscale("log", base=2)
     ax.set_xticks(nodes, [str(n) for n in nodes])
     ax.set_xlabel("nodes")
     ax.set_ylabel(f"wall time ({unit})", color="#e07b39")
+    top = longest / per * 1.25
     if "deadline_seconds" in sheet:
-        ax.axhline(sheet["deadline_seconds"] / per, color="#e07b39", linestyle=":",
-                   label="deadline")
-    ax.set_ylim(bottom=0)
+        deadline = sheet["deadline_seconds"] / per
+        if deadline <= top * 1.5:  # a far deadline would flatten the curve: it is named only
+            ax.axhline(deadline, color="#e07b39", linestyle=":", label="deadline")
+            top = max(top, deadline * 1.1)
+    ax.set_ylim(0, top)
+    chosen = sheet.get("cheapest_within_deadline")
+    if isinstance(chosen, int) and chosen in nodes:
+        at = nodes.index(chosen)
+        ax.plot([float(chosen)], [walls[at] / per], marker="*", markersize=16, color="#2a9d4b",
+                linestyle="none", label=f"cheapest within {duration(sheet['deadline_seconds'])}:"
+                f" {chosen} node(s)")
     costs = [(f["cost_on_demand"], f["cost_spot"]) for f in sheet["nodes"]]
     if all(c[0] is not None for c in costs):
         money = ax.twinx()
@@ -150,10 +166,10 @@ def chart(sheet: dict[str, Any], path: Path) -> None:
             money.plot(*zip(*spot, strict=True), "s--", color="#5c8ac4", label="cost spot")
         money.set_ylabel("cost (US$)", color="#5c8ac4")
         money.set_ylim(bottom=0)
-    fig.legend(loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.subplots_adjust(bottom=0.2)
-    ax.set_title(f"{sheet['model'] or sheet['recipe']} on {sheet['target']['name']}: time and "
-                 "cost against nodes", fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)
+    name = Path(str(sheet["model"] or sheet["recipe"])).name  # a path's folder name alone
+    ax.set_title(f"{name} on {sheet['target']['name']}: time and cost against nodes",
+                 fontsize=10, wrap=True)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -249,3 +249,17 @@ def test_a_damaged_compile_cache_reads_as_empty_and_is_rewritten(tmp_path, damag
                                          compiled_seconds_per_sample=1.0, compile_seconds=30.0)
     compile_cache.store("k", m, path)
     assert compile_cache.lookup("k", path) == m
+
+
+def test_the_chart_says_each_speed_up_with_its_spread_over_rounds(tmp_path):
+    from cpuft.bench.report import speedup_lines
+
+    report = compare([result("trainer-best", 100.0, 0.81), result("cpuft", 160.0, 0.81)],
+                     MATMUL)
+    entry = report["models"]["minilm"]
+    assert speedup_lines(entry) == ["cpuft 1.60x trainer-best"]
+    entry["configs"]["cpuft"]["rounds_tokens_per_second"] = [4500.0, 4800.0, 5400.0]
+    entry["configs"]["trainer-best"]["rounds_tokens_per_second"] = [3000.0, 3000.0, 3000.0]
+    assert speedup_lines(entry) == ["cpuft 1.60x trainer-best (1.50-1.80)"]
+    bar_chart(report, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

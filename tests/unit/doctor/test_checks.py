@@ -103,3 +103,19 @@ def test_the_node_shows_the_affinity_mask_and_the_cpu_quota():
     assert t["cpu_bound"].startswith("the cgroup's CPU quota of 2 CPUs")
     free = node.to_dict()["topology"]
     assert (free["affinity_cores"], free["cpu_quota"]) == (8, None)
+
+
+def test_doctor_names_the_isa_class_as_plan_does(capsys):
+    from cpuft.cli.doctor_cmd import print_report
+
+    rep = report(facts("cpuinfo_spr_amx.txt", bf16_matmul_speedup=7.5))
+    assert rep["node"]["topology"]["isa_class"] == "amx"
+    print_report(rep)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "ISA" in x)
+    assert "│ amx (avx512f" in line  # the class, then the features behind it
+
+
+def test_the_package_says_it_is_typed():
+    from importlib.resources import files
+
+    assert files("cpuft").joinpath("py.typed").is_file()
