@@ -140,7 +140,8 @@ def test_a_run_resumed_on_fewer_ranks_continues_the_same_run(tmp_path):
            "--output-dir", str(tmp_path / "one")])
     resumed = tmp_path / "resumed"
     train([*common, "--batch-size", "4", "--max-steps", "3", "--nproc-per-node", "2",
-           "--master-port", str(free_port()), "--output-dir", str(resumed)])
+           "--master-port", str(free_port()), "--output-dir", str(resumed),
+           "--save-total-limit", "1"])
     proc = train([*common, "--batch-size", "4", "--max-steps", "6", "--resume",
                   "--output-dir", str(resumed)])
     assert "resuming a run of 2 rank(s) on 1: 8 samples a rank" in proc.stdout

@@ -83,7 +83,7 @@ def test_a_damaged_checkpoint_names_the_newest_that_loads(world, capsys, tmp_pat
     out = tmp_path / "run"
     assert main(["train", "--model", str(world["model"]), "--train-file", str(world["data"]),
                  "--text-columns", "text", "--max-steps", "4", "--save-steps", "2",
-                 "--no-progress", "--output-dir", str(out)]) == 0
+                 "--save-total-limit", "2", "--no-progress", "--output-dir", str(out)]) == 0
     (out / "checkpoint-4" / "state.pt").write_bytes(b"\x00\x13random bytes" * 50)
     code = main(["train", "--model", str(world["model"]), "--train-file", str(world["data"]),
                  "--text-columns", "text", "--max-steps", "6", "--no-progress", "--resume",
@@ -102,7 +102,7 @@ def test_resume_over_a_half_written_metrics_line_and_a_damaged_compile_cache(
     out = tmp_path / "run"
     argv = ["train", "--model", str(world["model"]), "--train-file", str(world["data"]),
             "--text-columns", "text", "--no-progress", "--log-steps", "1", "--save-steps", "2",
-            "--output-dir", str(out)]
+            "--save-total-limit", "2", "--output-dir", str(out)]
     assert main([*argv, "--max-steps", "2"]) == 0
     with (out / "metrics.jsonl").open("a") as f:
         f.write('{"step": 3, "lo')  # a run stopped as it wrote

@@ -80,7 +80,8 @@ def test_full_fine_tuning_trains_every_weight(llama, verdicts, tmp_path):
 def test_resume_is_exact(llama, verdicts, tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert train(llama, verdicts, straight, "--max-steps", "6") == 0
-    assert train(llama, verdicts, resumed, "--max-steps", "6", "--save-steps", "3") == 0
+    assert train(llama, verdicts, resumed, "--max-steps", "6", "--save-steps", "3",
+                 "--save-total-limit", "2") == 0
     (resumed / "summary.json").unlink()
     for name in ("adapter_model.safetensors", "checkpoint-6"):
         path = resumed / name
@@ -139,7 +140,7 @@ def test_a_gguf_file_loads_dequantized_and_trains(verdicts, tmp_path):
     out = tmp_path / "from-gguf"
     assert train(gguf_file, verdicts, out, "--max-steps", "3") == 0
     s = summary(out)
-    assert s["model"] == str(gguf_file) and s["steps"] == 3
+    assert s["model"] == "tiny.gguf" and s["steps"] == 3  # by name: no path of this machine
     assert s["eval"]["loss"] < s["before"]["eval"]["loss"]
     assert (out / "adapter_model.safetensors").is_file()
 
@@ -163,7 +164,7 @@ def test_a_gguf_file_fine_tuned_in_full_saves_a_model_that_loads(verdicts, tmp_p
 
 def test_lora_checkpoints_hold_the_adapters_not_the_base(llama, verdicts, tmp_path):
     out = tmp_path / "lora"
-    assert train(llama, verdicts, out, "--max-steps", "2") == 0
+    assert train(llama, verdicts, out, "--max-steps", "2", "--save-total-limit", "1") == 0
     state = torch.load(out / "checkpoint-2" / "state.pt", weights_only=True)["model"]
     assert state and all("lora_" in k for k in state)
 
@@ -181,7 +182,8 @@ def test_the_built_in_tasks_are_the_snippets_as_verdicts_and_as_text():
 
 def test_resume_refuses_other_adapters(llama, verdicts, tmp_path, capsys):
     out = tmp_path / "run"
-    assert train(llama, verdicts, out, "--max-steps", "2", "--save-steps", "1") == 0
+    assert train(llama, verdicts, out, "--max-steps", "2", "--save-steps", "1",
+                 "--save-total-limit", "1") == 0
     code = train(llama, verdicts, out, "--max-steps", "4", "--resume", "--lora-r", "4")
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--lora-r was 8, now 4" in err
@@ -212,3 +214,47 @@ def test_records_with_nothing_to_learn_are_left_out_and_counted(llama, tmp_path,
     assert all(f"{n} of " in said for n in left.values())
     assert "nothing of them to learn within --max-seq-length 24" in said
     assert summary["eval"]["loss"] > 0 and summary["final_loss"] == summary["final_loss"]
+
+
+def test_an_adapter_on_a_gguf_base_loads_from_a_copy_as_its_card_says(verdicts, tmp_path):
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    from cpuft.recipes.adapter_card import ADAPTER
+    from tests.helpers import cpuft_env, write_tiny_gguf
+
+    (tmp_path / "base").mkdir()
+    gguf_file = write_tiny_gguf(tmp_path / "base" / "tiny.gguf")
+    out = tmp_path / "trained"
+    assert train(gguf_file, verdicts, out, "--max-steps", "4", "--merge") == 0
+    ids = [[4, 5, 16, 18, 6, 5]]
+    with torch.no_grad():  # the base with the adapter merged in, as training saved it
+        expected = AutoModelForCausalLM.from_pretrained(out / "merged")(
+            torch.tensor(ids)).logits[0, -1]
+        plain = AutoModelForCausalLM.from_pretrained(
+            str(gguf_file.parent), gguf_file=gguf_file.name)(torch.tensor(ids)).logits[0, -1]
+    copy = tmp_path / "elsewhere" / "adapter"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("merged", "checkpoint-*"))
+    shutil.rmtree(out)  # nothing of the training machine's folder is left to lean on
+    for path in copy.iterdir():  # but the run's own record of its settings, for a resume
+        if path.is_file() and path.suffix in (".json", ".md", ".jinja") \
+                and path.name != "cpuft_run.json":
+            text = path.read_text()
+            assert str(tmp_path) not in text and sys.prefix not in text, path.name
+    assert json.loads((copy / "adapter_config.json").read_text())[
+        "base_model_name_or_path"] == "tiny.gguf"
+    [code] = re.findall(r"```python\n(.*?)```", (copy / "README.md").read_text(), re.S)[:1]
+    code = code.replace("path/to/the/gguf/folder", str(gguf_file.parent)).replace(
+        ADAPTER, str(copy))
+    script = (code + "\nimport json, torch\nmodel.eval()\nwith torch.no_grad():\n"
+              f"    print(json.dumps(model(torch.tensor({ids})).logits[0, -1].tolist()))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cpuft_env(), timeout=300, cwd=tmp_path / "elsewhere")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = torch.tensor(json.loads(proc.stdout.strip().splitlines()[-1]))
+    torch.testing.assert_close(loaded, expected, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(loaded, plain, atol=1e-3)  # the adapter acts

@@ -2,7 +2,6 @@
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 
@@ -28,7 +27,8 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tiny_model, data_f
                                                               precision):
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert main(train_args(tiny_model, data_file, whole, "--max-steps", "8", *precision)) == 0
-    assert main(train_args(tiny_model, data_file, split, "--max-steps", "6", *precision)) == 0
+    assert main(train_args(tiny_model, data_file, split, "--max-steps", "6",
+                           "--save-total-limit", "1", *precision)) == 0
     assert main(train_args(tiny_model, data_file, split, "--max-steps", "8", "--resume",
                            *precision)) == 0
     expected = losses(whole)
@@ -36,14 +36,15 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tiny_model, data_f
     # 40 training rows in batches of 8: the resume point (step 6) is inside the second epoch.
     assert losses(split) == pytest.approx(expected, abs=1e-6)
     summary = json.loads((split / "summary.json").read_text())
-    assert summary["steps"] == 8 and summary["resumed_from"].endswith("checkpoint-6")
+    assert summary["steps"] == 8 and summary["resumed_from"] == "checkpoint-6"
     assert summary["speedups"]["bf16_weights"] is ("--no-bf16-weights" not in precision)
 
 
 def test_outputs_and_summary(tiny_model, data_file, tmp_path):
     out = tmp_path / "run"
     assert main(train_args(tiny_model, data_file, out, "--max-steps", "4", "--save-steps", "2",
-                           "--precision", "fp32", "--no-fused-optimizer")) == 0
+                           "--precision", "fp32", "--no-fused-optimizer",
+                           "--save-total-limit", "2")) == 0
     summary = json.loads((out / "summary.json").read_text())
     for key in ("model", "task", "precision", "compile", "world_size", "train_samples", "steps",
                 "train_seconds", "train_samples_per_second", "eval", "versions"):
@@ -119,15 +120,20 @@ def test_resume_auto_starts_afresh_continues_and_replaces_a_start_without_checkp
         tiny_model, data_file, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(train_args(tiny_model, data_file, out, "--max-steps", "4", "--resume",
-                           "auto")) == 0
+                           "auto", "--save-total-limit", "1")) == 0
     assert len(losses(out)) == 4
     assert main(train_args(tiny_model, data_file, out, "--max-steps", "6", "--resume",
                            "auto")) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["resumed_from"].endswith("checkpoint-4") and len(losses(out)) == 6
-    for checkpoint in out.glob("checkpoint-*"):  # a run stopped before its first checkpoint
-        shutil.rmtree(checkpoint)
+    assert summary["resumed_from"] == "checkpoint-4" and len(losses(out)) == 6
+    # Finished without --save-total-limit, the run keeps no checkpoint: it is not trained again.
+    assert not list(out.glob("checkpoint-*"))
     capsys.readouterr()
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "8", "--resume",
+                           "auto")) == 2
+    assert "has finished (summary.json)" in capsys.readouterr().err
+    assert len(losses(out)) == 6
+    (out / "summary.json").unlink()  # now a run stopped before its first checkpoint
     assert main(train_args(tiny_model, data_file, out, "--max-steps", "2", "--resume")) == 2
     assert "--resume: no checkpoint in" in capsys.readouterr().err
     assert main(train_args(tiny_model, data_file, out, "--max-steps", "2", "--resume",
@@ -151,7 +157,8 @@ def test_sequences_past_the_models_positions_are_cut_to_fit(tiny_model, tmp_path
 def test_resume_refuses_settings_that_would_make_another_run(tiny_model, data_file, tmp_path,
                                                              capsys):
     out = tmp_path / "run"
-    assert main(train_args(tiny_model, data_file, out, "--max-steps", "2")) == 0
+    assert main(train_args(tiny_model, data_file, out, "--max-steps", "2",
+                           "--save-total-limit", "1")) == 0
     capsys.readouterr()
     assert main(train_args(tiny_model, data_file, out, "--max-steps", "4", "--resume",
                            "--batch-size", "4", "--seed", "7")) == 2

@@ -3,21 +3,24 @@ speed-ups, checkpoints, exact resume, metrics, progress, SIGTERM handling and, u
 ``cpuft launch``, DDP.
 
 The keywords are ``cpuft train``'s settings (``max_steps``, ``lr``, ``output_dir``,
-``save_steps``, ``resume``, ``precision``...), checked as the command line checks them.
+``save_steps``, ``resume``, ``precision``...), typed in ``FitSettings`` and checked as the
+command line checks them.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from torch import nn
 
 from cpuft.api.checks import check_model, validate_arguments
+from cpuft.api.fit_settings import FitSettings
 from cpuft.config import TrainConfig, config_from
 from cpuft.config.fields import settings
 from cpuft.engine.checkpoint import latest_checkpoint
@@ -54,8 +57,6 @@ class IterableBatches:
     """Batches an epoch gives when the data has no length."""
     rank: int = 0
     world_size: int = 1
-    pairs: bool = True
-    """(input, target) batches are allowed: a loss takes them."""
     _dealt: bool = field(init=False, default=True)
 
     def __post_init__(self) -> None:
@@ -101,7 +102,7 @@ class IterableBatches:
                      "to skip them (the data cannot seek)")
         for i, batch in enumerate(self._mine(iter(self.data))):
             if i >= start:
-                yield _as_batch(batch, self.pairs)
+                yield batch
         if self._length() is None:
             raise CpuftError("the data ran out before max_steps: pass fewer max_steps, or data "
                              "that gives more batches")
@@ -112,30 +113,29 @@ class IterableBatches:
                 yield batch
 
 
-def _as_batch(batch: Any, pairs: bool) -> Batch:
-    """A dict of tensors as the model's keyword arguments; a (inputs, targets) pair as
-    ``{"input": ..., "target": ...}`` for a ``loss_fn`` (``pairs``: there is one)."""
-    if isinstance(batch, dict):
-        return batch
-    if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        if not pairs:
-            raise CpuftError("cpuft.fit: (input, target) batches need criterion= (the loss "
-                             "criterion(model(input), target)) or loss_fn=")
-        return {"input": batch[0], "target": batch[1]}
-    raise CpuftError(f"cpuft.fit: a batch must be a dict of tensors or an (input, target) pair, "
-                     f"not {type(batch).__name__}")
-
-
 def pair_loss(criterion: Callable[[Any, Any], torch.Tensor]) -> LossFn:
     """The loss of (input, target) batches: ``criterion(model(input), target)``."""
 
     def loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-        return criterion(model(batch["input"]), batch["target"])
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise CpuftError(f"cpuft.fit: criterion= takes (input, target) batches, not "
+                             f"{_kind(batch)}: give loss_fn=(model, batch) -> loss for others")
+        return criterion(model(batch[0]), batch[1])
 
     return loss
 
 
+def _kind(batch: Any) -> str:
+    return (f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list))
+            else type(batch).__name__)
+
+
 def _model_loss(model: nn.Module, batch: Batch) -> Any:
+    if not isinstance(batch, dict):
+        raise CpuftError(f"cpuft.fit: the data gives {_kind(batch)} batches: give "
+                         "criterion=(output, target) -> loss for (input, target) pairs, or "
+                         "loss_fn=(model, batch) -> loss; a model that computes its own loss "
+                         "takes dicts of its keyword arguments")
     out = model(**batch)
     loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
     if loss is None:
@@ -201,14 +201,47 @@ def _output_dir(out: Path, resume: bool, overwrite: bool) -> bool:
 
 def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
         criterion: Callable[[Any, Any], torch.Tensor] | None = None,
-        example_input: torch.Tensor | None = None, **train_settings: Any) -> FitResult:
-    """Train ``model`` on ``data`` (a DataLoader or any iterable of batches).
+        evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+        example_input: torch.Tensor | None = None,
+        **train_settings: Unpack[FitSettings]) -> FitResult:
+    """Train ``model`` on ``data`` with cpuft's speed-ups, checkpoints and exact resume.
 
-    A batch is a dict of tensors (the model's keyword arguments, its output's ``.loss`` the
-    loss) or an (input, target) pair with ``criterion(model(input), target)`` as the loss; or
-    give ``loss_fn(model, batch)``. ``max_steps`` (or ``epochs`` for data with a length), ``lr``,
-    ``output_dir``, ``save_steps``, ``resume``, ``precision`` and the rest are ``cpuft train``'s
-    settings. Started by ``cpuft launch``, every rank calls it and the model trains under DDP.
+    Started by ``cpuft launch``, every rank calls it and the model trains under DDP, each rank
+    on its share of the batches.
+
+    Args:
+        model: any ``nn.Module``; trained in place.
+        data: a DataLoader or any iterable of batches. The loss gets each batch as the data
+            gives it.
+        loss_fn: ``loss_fn(model, batch) -> loss``, a tensor of one value, called with the
+            loader's own batch: ``(x, y)``, a dict, whatever it yields.
+        criterion: for ``(input, target)`` batches instead of ``loss_fn``: the loss is
+            ``criterion(model(input), target)``. With neither, each batch is a dict of the
+            model's keyword arguments and the model's output holds ``.loss`` (Hugging Face
+            models given ``labels``).
+        evaluate: ``evaluate(model) -> {"accuracy": ..., "loss": ...}``, scores on held-out
+            data, called in eval mode every ``eval_steps`` steps and at the last; each call is
+            recorded in metrics.jsonl. With ``load_best_model_at_end``, ``model`` ends as it was
+            at its best evaluation by ``metric_for_best_model`` (default ``loss``, lower is
+            better; other names, higher).
+        example_input: an input batch as the model takes it, for the speed-ups that measure
+            the model before choosing (channels-last); without it they try a fixed image batch
+            and say so where the model does not take it.
+        **train_settings: ``cpuft train``'s settings by name (``FitSettings``): ``max_steps``
+            (or ``epochs`` for data with a length), ``lr``, ``lr_schedule``, ``precision``,
+            ``output_dir``, ``save_steps``, ``resume``...
+
+    Returns:
+        The run's ``FitResult``: steps, samples, losses, time per step, the evaluations and the
+        best one.
+
+    Raises:
+        CpuftError: a setting that cannot work, a batch the loss cannot take, a loss that is not
+            one finite value, an output_dir that holds another run (``overwrite=True`` or
+            ``resume=True``), or a damaged checkpoint. The message says which and what to do.
+        CpuftTypeError: a setting of the wrong type (also a ``TypeError``).
+        Interrupted: a signal stopped the run; its checkpoint is written where there is an
+            output_dir.
     """
     check_model(model, "cpuft.fit")
     if criterion is not None:
@@ -217,7 +250,15 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
         loss = _one_value(pair_loss(criterion), "criterion")
     else:
         loss = _one_value(loss_fn or _model_loss, "loss_fn" if loss_fn else "the model's loss")
-    cfg = _config({"output_dir": "", **train_settings})
+    given: dict[str, Any] = {"output_dir": "", **train_settings}
+    if isinstance(given["output_dir"], os.PathLike):
+        given["output_dir"] = os.fspath(given["output_dir"])
+    cfg = _config(given)
+    if cfg.evaluation.eval_steps and evaluate is None:
+        raise CpuftError("cpuft.fit: eval_steps needs evaluate=(model) -> scores")
+    if cfg.evaluation.load_best_model_at_end and not cfg.output.output_dir:
+        raise CpuftError("cpuft.fit: load_best_model_at_end keeps the best model's checkpoint: "
+                         "give output_dir")
     out = Path(cfg.output.output_dir) if cfg.output.output_dir else None
     resume = cfg.output.resume != "no"  # no checkpoint yet: fit starts afresh with either
     if resume and out is None:
@@ -230,8 +271,7 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     plan = apply_speedups(model, runtime.plan, example_input)
     o = cfg.optimization
     source = IterableBatches(data, seed=o.seed, max_batches=o.max_steps * o.grad_accum,
-                             rank=rank, world_size=world,
-                             pairs=criterion is not None or loss_fn is not None)
+                             rank=rank, world_size=world)
     per_epoch = math.ceil(source.num_batches(0) / o.grad_accum)
     if per_epoch == 0 and not o.max_steps:
         raise CpuftError("cpuft.fit: the data has no length: pass max_steps")
@@ -243,9 +283,10 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     aside = clear_output_dir(out, None) if out is not None and replaces and rank == 0 else None
     try:
         sinks = metric_sinks(out, resume_from, type(model).__name__ if cfg.output.progress
-                             else None) if rank == 0 else []
+                             else None, cfg.output.report_to) if rank == 0 else []
         return engine_fit(model, source, fit_config(cfg, plan, total, out, resume_from),
-                          loss_fn=loss, logger=MetricLogger(sinks), dist=dist)
+                          loss_fn=loss, logger=MetricLogger(sinks), dist=dist,
+                          evaluate=(lambda: evaluate(model)) if evaluate is not None else None)
     except LossNotFinite as e:
         raise CpuftError(f"cpuft.fit: {e}: lower lr (now {cfg.optimization.lr:g})") from None
     finally:

@@ -45,6 +45,11 @@ HF_NAMES: dict[str, tuple[str, ...]] = {
     "output_dir": ("--output_dir",),
     "overwrite": ("--overwrite_output_dir",),
     "save_steps": ("--save_steps",),
+    "save_total_limit": ("--save_total_limit",),
+    "eval_steps": ("--eval_steps",),
+    "load_best_model_at_end": ("--load_best_model_at_end",),
+    "metric_for_best_model": ("--metric_for_best_model",),
+    "report_to": ("--report_to",),
     "log_steps": ("--logging_steps",),
     "gradient_checkpointing": ("--gradient_checkpointing",),
 }

@@ -10,6 +10,7 @@ from cpuft.config.sections import (
     ClassifierConfig,
     DataConfig,
     DistributedConfig,
+    EvaluationConfig,
     ModelConfig,
     OptimizationConfig,
     OutputConfig,
@@ -19,7 +20,8 @@ from cpuft.config.sections import (
 
 __all__ = [
     "DEFAULT_TASK", "CausalLmConfig", "ClassifierConfig", "DataConfig", "DistributedConfig",
-    "ModelConfig", "OptimizationConfig", "OutputConfig", "RecipeSpec", "SpeedupConfig",
+    "EvaluationConfig", "ModelConfig", "OptimizationConfig", "OutputConfig", "RecipeSpec",
+    "SpeedupConfig",
     "TrainConfig", "build_config", "config_from", "load_config_file", "recipe_spec",
     "register_recipe", "registered_recipes", "to_flat", "validate",
 ]

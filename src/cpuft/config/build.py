@@ -6,6 +6,7 @@ Keys are the flat setting names (``batch_size`` or ``batch-size``), at the top l
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import tomllib
 from collections.abc import Iterable
@@ -126,6 +127,15 @@ def validate(cfg: TrainConfig) -> None:
         (0 <= o.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
         (0 < d.validation_split < 1, "--validation-split must be in (0, 1)"),
         (cfg.output.save_steps >= 0, "--save-steps must be 0 or positive"),
+        (cfg.output.save_total_limit >= 0, "--save-total-limit must be 0 or positive"),
+        (cfg.evaluation.eval_steps >= 0, "--eval-steps must be 0 or positive"),
+        (cfg.evaluation.eval_steps > 0 or not (cfg.evaluation.load_best_model_at_end
+                                                or cfg.evaluation.metric_for_best_model),
+         "--load-best-model-at-end and --metric-for-best-model need --eval-steps: the best "
+         "model is picked among the evaluations while training"),
+        (cfg.evaluation.load_best_model_at_end or not cfg.evaluation.metric_for_best_model,
+         "--metric-for-best-model picks the model that --load-best-model-at-end saves: add "
+         "--load-best-model-at-end"),
         (cfg.output.log_steps > 0, "--log-steps must be positive"),
         (o.weight_decay >= 0, "--weight-decay must be 0 or positive"),
         (o.max_grad_norm >= 0, "--max-grad-norm must be 0 (no clipping) or positive"),
@@ -144,6 +154,9 @@ def validate(cfg: TrainConfig) -> None:
             raise CpuftError(message)
     if cfg.output.save_every:
         parse_duration(cfg.output.save_every, "--save-every")
+    if cfg.output.report_to == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+        raise CpuftError("--report-to tensorboard needs TensorBoard: pip install "
+                         "'cpuft[tensorboard]'")
 
 
 def refuse_other_recipes(recipe: str, given: Iterable[str]) -> None:

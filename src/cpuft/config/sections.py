@@ -25,6 +25,7 @@ GradCompression = Literal["none", "bf16", "powersgd"]
 LrSchedule = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
                      "constant_with_warmup", "inverse_sqrt"]
 Resume = Literal["no", "yes", "auto"]
+ReportTo = Literal["none", "tensorboard"]
 
 DEFAULT_TASK = "rotten_tomatoes"
 T = TypeVar("T")
@@ -131,6 +132,22 @@ class OptimizationConfig:
 
 
 @dataclass(kw_only=True, frozen=True)
+class EvaluationConfig:
+    """Evaluation on the validation data while training, as HF Trainer's eval_steps."""
+
+    eval_steps: int = 0
+    """Evaluate on the validation data every N steps and at the last, each recorded in
+    metrics.jsonl (0: only once training ends)."""
+    load_best_model_at_end: bool = False
+    """Save the model of the best evaluation (by --metric-for-best-model), not the last; needs
+    --eval-steps. Its checkpoint is kept until the end whatever --save-total-limit says."""
+    metric_for_best_model: str = ""
+    """The evaluation score that picks the best model, with or without HF's eval_ prefix: loss
+    (lower is better) where the evaluation gives one, else the recipe's first metric (higher is
+    better), e.g. accuracy, f1, perplexity (lower is better)."""
+
+
+@dataclass(kw_only=True, frozen=True)
 class OutputConfig:
     output_dir: str = "runs/default"
     """Where the model, metrics and checkpoints go."""
@@ -142,6 +159,9 @@ class OutputConfig:
     job that may be requeued passes every time)."""
     save_steps: int = 0
     """Write a checkpoint every N steps (0: only at the end)."""
+    save_total_limit: int = 0
+    """Keep the newest N checkpoints, the last included, once the model is saved (0: the
+    newest two while training, and none once the final model is saved)."""
     save_every: str = ""
     """Also write a checkpoint once this much time has passed since the last one, e.g. 10m:
     the most work a node lost without notice can cost (default: none by time; 10m in an elastic
@@ -150,6 +170,10 @@ class OutputConfig:
     """Log loss and speed every N steps to metrics.jsonl."""
     progress: bool = True
     """Show a progress bar."""
+    report_to: ReportTo = "none"
+    """Also write the logged metrics and evaluations as TensorBoard events in
+    <output-dir>/tensorboard (needs the extra: pip install 'cpuft[tensorboard]');
+    metrics.jsonl stays the record."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -226,6 +250,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     speedups: SpeedupConfig = field(default_factory=SpeedupConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
@@ -249,7 +274,8 @@ def default_recipe_settings() -> Mapping[str, Any]:
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "data": DataConfig, "optimization": OptimizationConfig,
-    "speedups": SpeedupConfig, "distributed": DistributedConfig, "output": OutputConfig,
+    "evaluation": EvaluationConfig, "speedups": SpeedupConfig,
+    "distributed": DistributedConfig, "output": OutputConfig,
 }
 """The shared sections by name (a config file's table), in the order help shows them; each
 recipe's own section follows, named as the recipe."""

@@ -63,20 +63,27 @@ def _remove_stale_temps(output_dir: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``state`` as checkpoint-<step>; keep the newest ``keep`` checkpoints.
+KEEP = 2
+"""Checkpoints kept while training where no limit is given: the newest, and one more in case the
+newest turns out damaged."""
+
+
+def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], keep: int = KEEP,
+                    protect: int = 0) -> Path:
+    """Write ``state`` as checkpoint-<step>; keep the newest ``keep`` checkpoints, and the one
+    of step ``protect`` (the best model so far) besides.
 
     The checkpoint is written whole under a temporary name, synced, then renamed into place, and
     the folder synced: a crash leaves the last checkpoint as it was. A write that fails (a full
     disk) removes its own part and says which disk.
     """
-    return _save(output_dir, step, lambda f: torch.save(state, f), keep)
+    return _save(output_dir, step, lambda f: torch.save(state, f), keep, protect)
 
 
-def save_checkpoint_bytes(output_dir: Path, step: int, data: bytes, keep: int = 2) -> Path:
+def save_checkpoint_bytes(output_dir: Path, step: int, data: bytes, keep: int = KEEP) -> Path:
     """Write a checkpoint's file as another node read it (``checkpoint_bytes``), as
     ``save_checkpoint`` writes one."""
-    return _save(output_dir, step, lambda f: f.write(data), keep)
+    return _save(output_dir, step, lambda f: f.write(data), keep, 0)
 
 
 def checkpoint_bytes(path: Path) -> bytes:
@@ -87,7 +94,8 @@ def checkpoint_step(path: Path) -> int:
     return int(path.name.removeprefix(PREFIX))
 
 
-def _save(output_dir: Path, step: int, write: Callable[[BinaryIO], object], keep: int) -> Path:
+def _save(output_dir: Path, step: int, write: Callable[[BinaryIO], object], keep: int,
+          protect: int) -> Path:
     _remove_stale_temps(output_dir)
     final = output_dir / f"{PREFIX}{step}"
     tmp = output_dir / f".{PREFIX}{step}.tmp-{os.getpid()}"
@@ -117,8 +125,17 @@ def _save(output_dir: Path, step: int, write: Callable[[BinaryIO], object], keep
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     for stale in checkpoint_dirs(output_dir)[:-keep]:
-        shutil.rmtree(stale, ignore_errors=True)
+        if checkpoint_step(stale) != protect:
+            shutil.rmtree(stale, ignore_errors=True)
     return final
+
+
+def remove_checkpoints(output_dir: Path) -> int:
+    """Remove every checkpoint in ``output_dir`` (the final model is saved); how many."""
+    found = checkpoint_dirs(output_dir)
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(found)
 
 
 def _readable(path: Path) -> str:

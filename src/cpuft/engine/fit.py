@@ -10,7 +10,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, get_args
@@ -22,6 +22,8 @@ from torch.optim.lr_scheduler import LRScheduler
 from cpuft.config.sections import LrSchedule
 from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import (
+    KEEP,
+    PREFIX,
     load_checkpoint,
     load_model_state,
     save_checkpoint,
@@ -31,8 +33,13 @@ from cpuft.engine.signals import Interrupted, stop_flag
 from cpuft.engine.step import Batch, LossFn, StepStats, TrainStep
 from cpuft.engine.weights import WeightHolder, WeightsFactory
 from cpuft.errors import CpuftError
+from cpuft.log import get_logger
 from cpuft.metrics import MetricLogger
 from cpuft.optim import build_optimizer
+
+LOG = get_logger(__name__)
+Evaluate = Callable[[], dict[str, float]]
+"""The model's scores on held-out data now (the engine puts it in eval mode and back)."""
 
 
 class BatchSource(Protocol):
@@ -72,6 +79,15 @@ class FitConfig:
     """Where checkpoints go; None writes none."""
     save_steps: int = 0
     """Checkpoint every N steps; the last step is always saved when output_dir is set."""
+    save_total_limit: int = 0
+    """Keep the newest N checkpoints (0: the newest two), and the best one besides."""
+    eval_steps: int = 0
+    """Evaluate every N steps and at the last (0: never while training); needs ``evaluate``."""
+    best_metric: str = ""
+    """Track the best evaluation by this score (a key of ``evaluate``'s result): its step is
+    checkpointed, kept, and loaded into the model at the end. '': no tracking."""
+    greater_is_better: bool = True
+    """Whether a higher ``best_metric`` is better (accuracy), or a lower one (loss)."""
     save_seconds: float = 0.0
     """Also checkpoint once this much time has passed since the last checkpoint (0: never by
     time): what a lost node can cost at most."""
@@ -109,6 +125,10 @@ class FitResult:
     """Time spent after the last gradient was computed, waiting for its reduction."""
     optimizer_kernel: str = ""
     """How the held weights' masters were stepped (WeightHolder.kernel_note); '' without."""
+    evaluations: list[dict[str, float]] = field(default_factory=list)
+    """This run's evaluations while training: step, epoch and eval_<score> each."""
+    best: dict[str, float] | None = None
+    """The best evaluation's step and value (with ``best_metric``), None without."""
 
     @property
     def samples_per_second(self) -> float:
@@ -127,23 +147,40 @@ def fit(
     loss_fn: LossFn | None = None,
     logger: MetricLogger | None = None,
     dist: DistContext | None = None,
+    evaluate: Evaluate | None = None,
 ) -> FitResult:
     """Train ``model`` for ``config.total_steps`` optimizer steps on ``source``'s batches.
 
     With ``dist`` the model is wrapped in DDP; ``source`` must give each rank its share.
-    Rank 0 alone writes checkpoints; logged loss and speed are reduced over all ranks.
+    Rank 0 alone writes checkpoints; logged loss and speed are reduced over all ranks. With
+    ``config.eval_steps``, every rank calls ``evaluate`` at the same steps; with
+    ``config.best_metric``, the model ends as it was at its best evaluation.
     """
+    if (config.eval_steps or config.best_metric) and evaluate is None:
+        raise CpuftError("internal: eval_steps and best_metric need evaluate")
     logger = logger or MetricLogger()
     state = load_checkpoint(config.resume_from) if config.resume_from is not None else None
     if state is not None:
         load_model_state(model, state["model"])  # while fp32, so that masters start exact
     weights = (config.weights(model, config.fused_optimizer) if config.weights is not None
                else None)
+    loop = _Loop(model, source, config, loss_fn, logger, dist, weights, evaluate)
     try:
-        return _Loop(model, source, config, loss_fn, logger, dist, weights).run(state)
+        result = loop.run(state)
     finally:
         if weights is not None:
             weights.restore()
+    if result.best is not None and loop.writes_checkpoints and result.best["step"] != result.steps:
+        _load_best(model, config, result.best)
+    return result
+
+
+def _load_best(model: nn.Module, config: FitConfig, best: dict[str, float]) -> None:
+    assert config.output_dir is not None
+    step = int(best["step"])
+    load_model_state(model, load_checkpoint(config.output_dir / f"{PREFIX}{step}")["model"])
+    LOG.info(f"the model is its best evaluation's, at step {step}: {config.best_metric} "
+             f"{best['value']:.4g}")
 
 
 def _scheduler(optimizer: torch.optim.Optimizer, config: FitConfig) -> LRScheduler:
@@ -168,9 +205,10 @@ class _Loop:
 
     def __init__(self, model: nn.Module, source: BatchSource, config: FitConfig,
                  loss_fn: LossFn | None, logger: MetricLogger, dist: DistContext | None,
-                 weights: WeightHolder | None) -> None:
+                 weights: WeightHolder | None, evaluate: Evaluate | None) -> None:
         self.model, self.source, self.config = model, source, config
         self.logger, self.dist, self.weights = logger, dist, weights
+        self.evaluate = evaluate
         self.optimizer = build_optimizer(
             model, lr=config.lr, weight_decay=config.weight_decay, fused=config.fused_optimizer,
             stand_in=weights.master if weights is not None else None)
@@ -194,6 +232,7 @@ class _Loop:
         """Batches in the epoch under way."""
         self.saved_step = 0
         self.saved_at = time.perf_counter()
+        self.eval_seconds = 0.0
         self.is_main = dist is None or dist.info.is_main
         first_of_node = dist is None or dist.info.local_rank == 0
         self.writes_checkpoints = self.is_main or (config.checkpoint_every_node and first_of_node)
@@ -220,7 +259,7 @@ class _Loop:
                 self.logger.close()
                 raise Interrupted(f"stopped during step {self.step + 1} without a checkpoint; "
                                   "the last one written stays: rerun with --resume") from None
-        result.train_seconds = time.perf_counter() - started
+        result.train_seconds = time.perf_counter() - started - self.eval_seconds
         self._checkpoint()
         self.logger.close()
         result.steps = self.step
@@ -232,6 +271,7 @@ class _Loop:
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.result.best = state.get("best")
         self.saved_step = self.step  # a resumed run's own checkpoint is already on disk
         self.result.steps = self.step
         if self.step >= self.config.total_steps:
@@ -255,6 +295,9 @@ class _Loop:
             self.position += group
             self.step += 1
             self._record(stats, step_started)
+            if config.eval_steps and (self.step % config.eval_steps == 0
+                                      or self.step == config.total_steps):
+                self._evaluate()
             if self.notes_progress:
                 self._note_progress()
             at_end = self.position >= n_batches
@@ -332,6 +375,42 @@ class _Loop:
             self.logger.log(record)
             self.window = {"samples": 0, "tokens": 0, "loss": 0.0, "steps": 0, "start": now}
 
+    def _evaluate(self) -> None:
+        """Score the model now, record it, and checkpoint it if it is the best so far."""
+        assert self.evaluate is not None
+        config, result = self.config, self.result
+        started = time.perf_counter()
+        self.model.eval()
+        try:
+            scores = self.evaluate()
+        finally:
+            self.model.train()
+        if self.dist is not None:
+            # Rank 0's scores on every rank: ranks that judged apart could disagree on which
+            # evaluation is the best, and only some of them would enter its checkpoint.
+            values = torch.tensor([scores[name] for name in sorted(scores)], dtype=torch.float64)
+            self.dist.broadcast_from_main([values])
+            scores = dict(zip(sorted(scores), values.tolist(), strict=True))
+        # Training speed leaves evaluation out: the window's clock and the run's total.
+        spent = time.perf_counter() - started
+        self.window["start"] += spent
+        self.eval_seconds += spent
+        record = {"step": self.step,
+                  "epoch": round(self.epoch + self.position / self.n_batches, 4),
+                  **{f"eval_{name}": value for name, value in scores.items()}}
+        result.evaluations.append(record)
+        self.logger.evaluation(record)
+        if not config.best_metric:
+            return
+        if config.best_metric not in scores:
+            raise CpuftError(f"--metric-for-best-model {config.best_metric}: the evaluation "
+                             f"gives {', '.join(sorted(scores))}")
+        value, best = scores[config.best_metric], result.best
+        if best is None or (value > best["value"] if config.greater_is_better
+                            else value < best["value"]):
+            result.best = {"step": self.step, "value": value}
+            self._checkpoint()
+
     def _note_progress(self) -> None:
         assert self.config.output_dir is not None
         world = self.dist.info.world_size if self.dist is not None else 1
@@ -353,6 +432,7 @@ class _Loop:
             return
         weights = self.weights
         model_state = weights.state_dict() if weights is not None else self.model.state_dict()
+        best = self.result.best
         save_checkpoint(config.output_dir, self.step, {
             "model": trained_state(self.model, model_state),
             "optimizer": self.optimizer.state_dict(),
@@ -361,4 +441,5 @@ class _Loop:
             "step": self.step,
             "epoch": self.epoch,
             "position": self.position,
-        })
+            "best": best,
+        }, keep=config.save_total_limit or KEEP, protect=int(best["step"]) if best else 0)

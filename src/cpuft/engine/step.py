@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,9 @@ from cpuft.engine.weights import WeightHolder, WeightsFactory
 from cpuft.errors import CpuftError
 from cpuft.optim import AdamW, build_optimizer, clip_step
 
-Batch = dict[str, torch.Tensor]
+Batch = Any
+"""A dict of tensors (a model's keyword arguments), or whatever a user's loader yields for
+their ``loss_fn``: an (input, target) pair, a tensor, nested lists and dicts of tensors."""
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 
 
@@ -32,13 +34,25 @@ def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return loss
 
 
+def _first_tensor(batch: Batch) -> torch.Tensor | None:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    parts = batch.values() if isinstance(batch, Mapping) else (
+        batch if isinstance(batch, (tuple, list)) else ())
+    return next((t for t in map(_first_tensor, parts) if t is not None), None)
+
+
 def batch_counts(batch: Batch) -> tuple[int, int]:
-    """(samples, real tokens) in a batch."""
-    first = next(iter(batch.values()))
-    samples = int(first.shape[0])
-    mask = batch.get("attention_mask")
-    tokens = int(mask.sum()) if mask is not None else int(batch.get("input_ids", first).numel())
-    return samples, tokens
+    """(samples, real tokens) in a batch: its first tensor's rows, and the attention mask's
+    ones, else the input ids' or the first tensor's elements."""
+    first = _first_tensor(batch)
+    if first is None:
+        raise CpuftError(f"a batch holds no tensor ({type(batch).__name__})")
+    samples = int(first.shape[0]) if first.dim() else 1
+    if isinstance(batch, Mapping) and batch.get("attention_mask") is not None:
+        return samples, int(batch["attention_mask"].sum())
+    ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
+    return samples, int((ids if ids is not None else first).numel())
 
 
 def autocast_for(precision: str | None) -> contextlib.AbstractContextManager[Any]:

@@ -30,10 +30,26 @@ def save_seconds(save_every: str, elastic_nodes: str) -> float:
     return parse_duration(every, "--save-every") if every else 0.0
 
 
+LOWER_IS_BETTER = ("loss", "perplexity")
+
+
+def best_metric(cfg: TrainConfig, default: str) -> tuple[str, bool]:
+    """The score that picks the best model (--metric-for-best-model without HF's eval_
+    prefix, else the recipe's ``default``), and whether greater is better; ('', True) where
+    the run keeps its last model."""
+    if not cfg.evaluation.load_best_model_at_end:
+        return "", True
+    name = cfg.evaluation.metric_for_best_model.removeprefix("eval_") or default
+    return name, not name.endswith(LOWER_IS_BETTER)
+
+
 def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
-               output_dir: Path | None = None, resume_from: Path | None = None) -> FitConfig:
-    """The engine's settings for a run of ``total_steps`` with these settings and this plan."""
+               output_dir: Path | None = None, resume_from: Path | None = None,
+               default_metric: str = "loss") -> FitConfig:
+    """The engine's settings for a run of ``total_steps`` with these settings and this plan;
+    ``default_metric`` picks the best model where --metric-for-best-model names none."""
     o, d = cfg.optimization, cfg.distributed
+    metric, greater_is_better = best_metric(cfg, default_metric)
     return FitConfig(
         total_steps=total_steps,
         lr=o.lr,
@@ -48,6 +64,10 @@ def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
         compile=plan.compile == "on",
         output_dir=output_dir,
         save_steps=cfg.output.save_steps,
+        save_total_limit=cfg.output.save_total_limit,
+        eval_steps=cfg.evaluation.eval_steps,
+        best_metric=metric,
+        greater_is_better=greater_is_better,
         save_seconds=save_seconds(cfg.output.save_every, os.environ.get(ELASTIC_ENV, "")),
         log_steps=cfg.output.log_steps,
         resume_from=resume_from,
@@ -71,7 +91,8 @@ class Run:
 
     def fit_config(self, output_dir: Path | None = None,
                    resume_from: Path | None = None) -> FitConfig:
-        return fit_config(self.cfg, self.plan, self.total_steps, output_dir, resume_from)
+        return fit_config(self.cfg, self.plan, self.total_steps, output_dir, resume_from,
+                          self.task.best_metric)
 
     def train_step(self) -> TrainStep:
         """``fit``'s step on one process, for benchmarks that time steps one by one."""

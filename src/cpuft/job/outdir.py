@@ -40,7 +40,10 @@ def check_output_dir(cfg: TrainConfig) -> tuple[Path, Path | None]:
     if cfg.output.resume == "yes":
         ckpt = latest_checkpoint(out) if holds_run else None
         if ckpt is None:
-            raise CpuftError(f"--resume: no checkpoint in {out}")
+            finished = holds_run and (out / "summary.json").is_file()
+            raise CpuftError(f"--resume: no checkpoint in {out}" + (
+                ": the run has finished, and its checkpoints go once its model is saved "
+                "(--save-total-limit keeps them)" if finished else ""))
         return out, ckpt
     if out.is_dir() and any(out.iterdir()):
         if not holds_run:
@@ -160,15 +163,22 @@ def trim_metrics(path: Path, last_step: int) -> None:
 
 
 def metric_sinks(out: Path | None, resume_from: Path | None,
-                 progress_name: str | None) -> list[MetricSink]:
+                 progress_name: str | None, report_to: str = "none") -> list[MetricSink]:
     """Where the main rank's metrics go: ``out``'s metrics.jsonl, trimmed to the checkpoint
-    resumed from and appended to; and the progress line, where ``progress_name`` is given."""
+    resumed from and appended to; TensorBoard events with ``report_to``; and the progress
+    line, where ``progress_name`` is given."""
     sinks: list[MetricSink] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        if resume_from is not None:
-            trim_metrics(out / "metrics.jsonl", int(resume_from.name.split("-")[-1]))
+        step = int(resume_from.name.split("-")[-1]) if resume_from is not None else None
+        if step is not None:
+            trim_metrics(out / "metrics.jsonl", step)
         sinks.append(JsonlSink(out / "metrics.jsonl", append=resume_from is not None))
+        if report_to == "tensorboard":
+            from cpuft.metrics.tensorboard import FOLDER, TensorBoardSink
+
+            sinks.append(TensorBoardSink(out / FOLDER,
+                                         purge_step=step + 1 if step is not None else None))
     if progress_name is not None:
         sinks.append(progress_sink(progress_name))
     return sinks

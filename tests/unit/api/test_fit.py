@@ -88,8 +88,12 @@ def test_bad_settings_and_data_say_so_in_one_line() -> None:
                   max_steps=5, **SETTINGS)
     with pytest.raises(CpuftError, match="resume=True needs the output_dir"):
         cpuft.fit(_model(), _loader(), resume=True, **SETTINGS)
-    with pytest.raises(CpuftError, match="a batch must be a dict of tensors or an"):
+    with pytest.raises(CpuftError, match="the data gives Tensor batches: give criterion="):
         cpuft.fit(_model(), [torch.randn(4, 8)], max_steps=1, **SETTINGS)
+    with pytest.raises(CpuftError, match=r"criterion= takes \(input, target\) batches, not a "
+                                         "tuple of 3"):
+        cpuft.fit(_model(), [(torch.randn(4, 8),) * 3], max_steps=1,
+                  criterion=nn.functional.cross_entropy, **SETTINGS)
 
 
 def test_a_source_that_seeks_resumes_without_drawing_again(tmp_path: Path,
@@ -108,8 +112,7 @@ def test_a_source_that_seeks_resumes_without_drawing_again(tmp_path: Path,
             g = torch.Generator().manual_seed(epoch)
             batches = [(torch.randn(8, 8, generator=g), torch.randint(0, 2, (8,), generator=g))
                        for _ in range(5)]
-            for x, y in batches[start:]:
-                yield {"input": x, "target": y}
+            yield from batches[start:]
 
     out = tmp_path / "run"
     cpuft.fit(_model(), Seeking(), criterion=nn.functional.cross_entropy, max_steps=3,
@@ -119,3 +122,69 @@ def test_a_source_that_seeks_resumes_without_drawing_again(tmp_path: Path,
     cpuft.fit(_model(), source, criterion=nn.functional.cross_entropy, max_steps=7,
               output_dir=str(out), resume=True, **SETTINGS)
     assert source.starts == [(0, 3), (1, 0)] and said == []
+
+
+def test_loss_fn_gets_the_loaders_own_batch() -> None:
+    seen: list[type] = []
+
+    def loss_fn(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+        seen.append(type(batch))
+        x, y = batch  # a DataLoader of a TensorDataset yields [x, y]
+        return nn.functional.cross_entropy(model(x), y)
+
+    result = cpuft.fit(_model(), _loader(), loss_fn=loss_fn, max_steps=3, **SETTINGS)
+    assert result.steps == 3 and result.samples == 48 and seen == [list] * 3
+    nested = [{"pair": (torch.randn(4, 8), torch.randint(0, 2, (4,)))} for _ in range(2)]
+    result = cpuft.fit(_model(), nested, max_steps=2, **SETTINGS,
+                       loss_fn=lambda m, b: nn.functional.cross_entropy(m(b["pair"][0]),
+                                                                        b["pair"][1]))
+    assert result.samples == 8
+
+
+def test_evaluate_every_n_steps_and_the_best_model_at_the_end(tmp_path: Path) -> None:
+    model, held_out = _model(), list(_loader())[:2]
+    weights: list[list[torch.Tensor]] = []
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        assert not m.training
+        weights.append(_params(m))
+        with torch.no_grad():
+            right = sum(int((m(x).argmax(-1) == y).sum()) for x, y in held_out)
+        return {"accuracy": [0.6, 0.9, 0.7][len(weights) - 1], "seen": float(right)}
+
+    result = cpuft.fit(model, _loader(), criterion=nn.functional.cross_entropy, max_steps=6,
+                       evaluate=evaluate, eval_steps=2, load_best_model_at_end=True,
+                       metric_for_best_model="eval_accuracy", output_dir=tmp_path / "run",
+                       **SETTINGS)
+    assert [e["step"] for e in result.evaluations] == [2, 4, 6]
+    assert result.best == {"step": 4, "value": 0.9}
+    for now, best in zip(_params(model), weights[1], strict=True):
+        assert torch.equal(now, best)
+    with pytest.raises(CpuftError, match="eval_steps needs evaluate="):
+        cpuft.fit(_model(), _loader(), criterion=nn.functional.cross_entropy, max_steps=2,
+                  eval_steps=1, **SETTINGS)
+
+
+def test_the_typed_settings_are_the_settings_fit_reads() -> None:
+    import typing
+
+    from cpuft.api.fit import NOT_READ
+    from cpuft.api.fit_settings import FitSettings
+    from cpuft.config.fields import settings
+
+    read = {name: s for name, s in settings().items()
+            if not (s.recipe or name in NOT_READ or s.section in ("model", "data"))}
+    hints = typing.get_type_hints(FitSettings)
+    assert set(hints) == set(read)
+    for name, s in read.items():
+        hint = hints[name]
+        if s.choices:
+            parts = typing.get_args(hint) if typing.get_origin(hint) is not typing.Literal \
+                else (hint,)  # resume: bool | Literal[...]
+            values = {v for part in parts if typing.get_origin(part) is typing.Literal
+                      for v in typing.get_args(part)}
+            assert values == set(s.choices), name
+        elif name == "output_dir":
+            assert str in typing.get_args(hint)
+        else:
+            assert hint is s.kind, name

@@ -39,10 +39,11 @@ def _fit(model=None, data=None, **kwargs):
 @pytest.mark.parametrize("call, error, phrase", [
     (lambda: _fit(model="bert"), CpuftTypeError, "model must be a torch.nn.Module, not str"),
     (lambda: _fit(model=nn.ReLU(), criterion=CE), CpuftError, "has no parameters to train"),
-    (lambda: _fit(max_steps=2), CpuftError, "(input, target) batches need criterion="),
+    (lambda: _fit(max_steps=2), CpuftError,
+     "give criterion=(output, target) -> loss for (input, target) pairs"),
     (lambda: _fit(loss_fn=lambda m, b: None, max_steps=2), CpuftError,
      "loss_fn must give a tensor of one value, not NoneType"),
-    (lambda: _fit(loss_fn=lambda m, b: m(b["input"]).sum(0), max_steps=2), CpuftError,
+    (lambda: _fit(loss_fn=lambda m, b: m(b[0]).sum(0), max_steps=2), CpuftError,
      "loss_fn must give a tensor of one value, not Tensor of shape (2,)"),
     (lambda: _fit(criterion=CE, grad_accum=0), CpuftError, "grad_accum must be positive"),
     (lambda: _fit(criterion=CE, max_steps=-3), CpuftError, "max_steps must be 0 or positive"),

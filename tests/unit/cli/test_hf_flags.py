@@ -11,7 +11,11 @@ from cpuft.config.fields import settings
 
 VALUES = {int: "3", float: "0.5", str: "cosine"}
 PLAIN = {"model": "some/model", "train_file": "t.csv", "validation_file": "v.csv",
-         "test_file": "x.csv", "output_dir": "runs/hf"}
+         "test_file": "x.csv", "output_dir": "runs/hf", "metric_for_best_model": "eval_f1",
+         "report_to": "tensorboard"}
+NEEDS = {"load_best_model_at_end": ("--eval-steps", "2"),
+         "metric_for_best_model": ("--eval-steps", "2", "--load-best-model-at-end")}
+"""What a setting is refused without."""
 
 
 def _config(*argv: str):
@@ -22,6 +26,7 @@ def _config(*argv: str):
 def test_each_hf_name_gives_the_config_its_cpuft_flag_gives(name):
     s = settings()[name]
     recipe = ["--recipe", s.recipe] if s.recipe else []
+    recipe += NEEDS.get(name, ())
     ours = "--" + name.replace("_", "-")
     for theirs in HF_NAMES[name]:
         if s.kind is bool:

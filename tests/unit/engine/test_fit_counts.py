@@ -38,7 +38,7 @@ def test_a_checkpoint_is_written_once_the_time_since_the_last_one_has_passed(
     monkeypatch.setattr(fit_module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
     saved = []
     monkeypatch.setattr(fit_module, "save_checkpoint",
-                        lambda out, step, state: saved.append((step, clock.now)))
+                        lambda out, step, state, **_: saved.append((step, clock.now)))
 
     def four_seconds_a_step(m, batch):
         clock.now += 4.0
@@ -107,3 +107,17 @@ def test_a_logged_loss_is_the_mean_of_its_window_and_the_epoch_a_fraction():
     assert losses[0] != losses[2]  # a window's mean is not its last step
     # Three batches an epoch: step 3 ends the first, step 7 is a third into the third
     assert [r["epoch"] for r in records.logged] == [1.0, 2.0, pytest.approx(2.3333, abs=1e-4)]
+
+
+def test_batch_counts_read_any_batch_a_loader_gives():
+    from transformers import BatchEncoding
+
+    from cpuft.engine.step import batch_counts
+
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert batch_counts(BatchEncoding({"input_ids": torch.ones(2, 3), "attention_mask": mask})) \
+        == (2, 3)
+    assert batch_counts((torch.ones(4, 3, 8, 8), torch.zeros(4))) == (4, 4 * 3 * 8 * 8)
+    assert batch_counts({"pair": [torch.ones(5, 2), torch.zeros(5)]}) == (5, 10)
+    with pytest.raises(Exception, match="holds no tensor"):
+        batch_counts({"text": ["a", "b"]})

@@ -1,0 +1,62 @@
+"""cpuft train's evaluation while training, its best model, its kept checkpoints and its
+TensorBoard events, on the tiny BERT."""
+
+import json
+
+import pytest
+
+from cpuft.cli.main import main
+from tests.helpers import sentiment_rows, train_args, write_csv
+
+
+def test_evaluations_the_best_model_and_tensorboard_events(tiny_model, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    data = write_csv(tmp_path / "reviews.csv", sentiment_rows(60, seed=4))
+    out = tmp_path / "run"
+    assert main(train_args(tiny_model, data, out, "--max-steps", "6", "--eval_steps", "2",
+                           "--load_best_model_at_end", "--metric_for_best_model",
+                           "eval_accuracy", "--precision", "fp32", "--log-steps", "2",
+                           "--report_to", "tensorboard")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    evaluations = summary["evaluations"]
+    assert [e["step"] for e in evaluations] == [2, 4, 6]
+    assert all(0 <= e["eval_accuracy"] <= 1 and "eval_f1" in e for e in evaluations)
+    best = max(evaluations, key=lambda e: e["eval_accuracy"])  # the first of equals
+    assert summary["best"] == {"step": best["step"], "eval_accuracy": best["eval_accuracy"]}
+    # The saved model is the best one: evaluated again, it scores what it scored then.
+    assert summary["eval"]["accuracy"] == best["eval_accuracy"]
+    assert not list(out.glob("checkpoint-*"))  # the model is saved: no checkpoint kept
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert {"train/loss", "train/lr", "eval/accuracy", "eval/f1"} <= set(events.Tags()["scalars"])
+    assert [e.step for e in events.Scalars("train/loss")] == [2, 4, 6]
+    losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
+              if '"loss"' in line]
+    assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(losses, rel=1e-6)
+    assert [e.value for e in events.Scalars("eval/accuracy")] == pytest.approx(
+        [e["eval_accuracy"] for e in evaluations], rel=1e-6)
+
+
+def test_save_total_limit_keeps_the_newest(tiny_model, tmp_path):
+    data = write_csv(tmp_path / "reviews.csv", sentiment_rows(44, seed=2))
+    out = tmp_path / "run"
+    assert main(train_args(tiny_model, data, out, "--max-steps", "5", "--save-steps", "1",
+                           "--save-total-limit", "3")) == 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == [
+        "checkpoint-3", "checkpoint-4", "checkpoint-5"]
+
+
+def test_best_model_settings_without_evaluation_are_refused(tiny_model, tmp_path, capsys):
+    data = write_csv(tmp_path / "reviews.csv", sentiment_rows(20, seed=2))
+    for extra, said in (
+            (["--load-best-model-at-end"], "need --eval-steps"),
+            (["--eval-steps", "2", "--metric-for-best-model", "f1"],
+             "add --load-best-model-at-end"),
+            (["--eval-steps", "2", "--load-best-model-at-end", "--metric-for-best-model",
+              "bleu"], "--metric-for-best-model bleu: the evaluation gives accuracy, f1")):
+        assert main(train_args(tiny_model, data, tmp_path / "x", "--max-steps", "2",
+                               "--overwrite", *extra)) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1, err
