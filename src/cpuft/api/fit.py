@@ -21,6 +21,7 @@ from torch import nn
 
 from cpuft.api.checks import check_model, validate_arguments
 from cpuft.api.fit_settings import FitSettings
+from cpuft.api.optimize import remember_plan
 from cpuft.config import TrainConfig, config_from
 from cpuft.config.fields import settings
 from cpuft.engine.checkpoint import latest_checkpoint
@@ -111,6 +112,24 @@ class IterableBatches:
         for i, batch in enumerate(batches):
             if not self._dealt or i % self.world_size == self.rank:
                 yield batch
+
+
+def first_input(data: Iterable[Any]) -> torch.Tensor | None:
+    """The input of the data's first batch, for the speed-ups that measure the model on it
+    (channels-last): the first of a pair, or the batch itself. None where taking it would use
+    it up (a one-pass iterator), or where it is no tensor."""
+    if isinstance(data, Iterator):  # a batch drawn here would be lost to training
+        return None
+    rng = torch.random.get_rng_state()  # a shuffling loader draws its order from it
+    seek = getattr(data, "iterate", None)  # a source that seeks gives any epoch again
+    try:
+        batch = next(seek(0) if callable(seek) else iter(data))
+    except StopIteration:
+        return None
+    finally:
+        torch.random.set_rng_state(rng)
+    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    return first if isinstance(first, torch.Tensor) else None
 
 
 def pair_loss(criterion: Callable[[Any, Any], torch.Tensor]) -> LossFn:
@@ -225,8 +244,8 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
             at its best evaluation by ``metric_for_best_model`` (default ``loss``, lower is
             better; other names, higher).
         example_input: an input batch as the model takes it, for the speed-ups that measure
-            the model before choosing (channels-last); without it they try a fixed image batch
-            and say so where the model does not take it.
+            the model before choosing (channels-last); default: the input of the data's first
+            batch, where the data can be iterated again.
         **train_settings: ``cpuft train``'s settings by name (``FitSettings``): ``max_steps``
             (or ``epochs`` for data with a length), ``lr``, ``lr_schedule``, ``precision``,
             ``output_dir``, ``save_steps``, ``resume``...
@@ -268,7 +287,9 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     runtime = start(cfg, own_loop=True)
     dist = runtime.dist
     rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
-    plan = apply_speedups(model, runtime.plan, example_input)
+    plan = apply_speedups(model, runtime.plan, example_input if example_input is not None
+                          else lambda: first_input(data))
+    remember_plan(model, plan)  # cpuft.report_plan(model) tells what this run chose
     o = cfg.optimization
     source = IterableBatches(data, seed=o.seed, max_batches=o.max_steps * o.grad_accum,
                              rank=rank, world_size=world)

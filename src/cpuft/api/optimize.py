@@ -126,9 +126,14 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     validate_arguments(cfg, "cpuft.optimize")
     plan = apply_speedups(model, start(cfg, own_loop=True, join=False).plan, example_input)
     plan, optimizer = _weights_and_optimizer(model, optimizer, plan)
+    remember_plan(model, plan)
+    return model if optimizer is None else (model, optimizer)
+
+
+def remember_plan(model: nn.Module, plan: SpeedPlan) -> None:
+    """What ``report_plan(model)`` and ``autocast(model)`` then read."""
     _PLANS[model] = plan
     _LATEST[:] = [plan]
-    return model if optimizer is None else (model, optimizer)
 
 
 def _precision_of(dtype: Any, precision: str) -> Precision:

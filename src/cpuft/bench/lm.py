@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from cpuft.bench.flops import step_flops
 from cpuft.bench.measure import (
     pace,
     peak_memory_mb,
@@ -144,5 +145,7 @@ def run_lm(spec: Any) -> dict[str, Any]:
         "eval_loss": scores["loss"],
         "eval_perplexity": scores["perplexity"],
         "flops_per_sample": lm_flops_per_sample(task.model, task.encoded["train"]),
+        **step_flops(task.model, task.collator(task.encoded["train"], list(range(
+            min(spec.batch_size, len(task.encoded["train"]))))), precision),
         "profile": profile,
     }

@@ -180,6 +180,7 @@ def run_loop(spec: Any) -> dict[str, Any]:
         "train_loss": sum(last) / len(last),
         "losses": losses,
         "flops_per_sample": flops,
+        "executed_flops_per_sample": flops,  # counted by torch: what the step runs
         **({"plan": plan} if plan else {}),
         **({"profile": profile} if profile else {}),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from cpuft.bench.spec import (
@@ -82,7 +83,10 @@ def plan_runs(opts: BenchOptions) -> list[RunSpec]:
     runs = []
     for model in opts.models or DEFAULT_MODELS[size]:
         lm = lm_model(model)
-        steps, batch, third = sizes["lm"] if lm else sizes.get(model, sizes["minilm"])
+        # A model folder sized as the users' usually are: bert-base's steps, batch and, in
+        # --quick runs, evaluation on a subset.
+        steps, batch, third = sizes["lm"] if lm else sizes.get(
+            model, sizes["bert-base" if Path(model).is_dir() else "minilm"])
         own = configs_for(model)
         configs = [c for c in opts.configs if c in own] if opts.configs else list(
             c for c in own if c not in OPTIONAL_CONFIGS)
@@ -136,10 +140,23 @@ def compile_measurement(eager: dict[str, Any], compiled: dict[str, Any],
     )
 
 
+def peak_gflops(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str, float]:
+    """Per number format, the machine's peak as this bench saw it: the best of the square
+    matmuls, the matmuls at each model's own shapes, and the executed rate of every run."""
+    peaks = {"bf16": matmul["bf16_gflops"], "fp32": matmul["fp32_gflops"]}
+    for r in results:
+        seen = [r.get("peak_gflops_model_shapes", 0.0),
+                r.get("executed_flops_per_sample", 0.0) * r["samples_per_second"] / 1e9]
+        peaks[r["precision"]] = max(peaks.get(r["precision"], 0.0), *seen)
+    return peaks
+
+
 def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str, Any]:
     """Per model: each configuration's numbers, cpuft's speed-ups and its FLOP utilisation."""
+    peaks = peak_gflops(results, matmul)
     report: dict[str, Any] = {"matmul_gflops": {"bf16": matmul["bf16_gflops"],
-                                                "fp32": matmul["fp32_gflops"]}, "models": {}}
+                                                "fp32": matmul["fp32_gflops"]},
+                              "peak_gflops": peaks, "models": {}}
     for r in results:
         entry = report["models"].setdefault(r["model"], {"configs": {}})
         entry["configs"][r["config"]] = {k: r[k] for k in (
@@ -149,13 +166,20 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str
         config["precision_reason"] = r.get("precision_reason", "")
         config["steal_fraction"] = r.get("steal_fraction", 0.0)
         for key in ("accuracy", "eval_loss", "eval_perplexity", "train_peak_memory_mb",
-                    "train_loss", "plan"):
+                    "train_loss", "plan", "flops_per_sample", "executed_flops_per_sample",
+                    "peak_gflops_model_shapes"):
             if key in r:
                 config[key] = r[key]
-        peak = matmul["bf16_gflops" if r["precision"] == "bf16" else "fp32_gflops"] * 1e9
+        peak = peaks[r["precision"]] * 1e9
         config["mfu"] = r["flops_per_sample"] * r["samples_per_second"] / peak
+        if "executed_flops_per_sample" in r:
+            config["hfu"] = r["executed_flops_per_sample"] * r["samples_per_second"] / peak
+            config["skipped_flops_fraction"] = 1 - r["executed_flops_per_sample"] / r[
+                "flops_per_sample"]
         if r["config"] == "cpuft":
-            entry["mfu"] = config["mfu"]
+            for key in ("mfu", "hfu", "skipped_flops_fraction"):
+                if key in config:
+                    entry[key] = config[key]
             if r.get("profile"):
                 entry["profile"] = r["profile"]
     for r in results:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from cpuft.bench.flops import nominal_flops_per_sample, step_flops
 from cpuft.bench.measure import pace, peak_memory_mb, run_fields
 from cpuft.bench.spec import LOOP_MODELS, RunSpec, lm_model
 from cpuft.bench.steal import read_ticks, steal_fraction
@@ -63,14 +64,6 @@ def recipe(spec: RunSpec) -> ClassifierRecipe:
         return BertForSequenceClassification(config), load_tokenizer(default_model_path())
 
     return ClassifierRecipe(build_model=bert_base)
-
-
-def flops_per_sample(model: Any, mean_tokens: float) -> float:
-    """Training FLOPs for one sample: 6 x non-embedding params x tokens, plus attention."""
-    params = sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
-    cfg = model.config
-    attention = 12 * cfg.num_hidden_layers * cfg.hidden_size * mean_tokens**2
-    return float(6 * params * mean_tokens + attention)
 
 
 def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
@@ -164,9 +157,27 @@ def run(spec: RunSpec) -> dict[str, Any]:
         **speed,
         "peak_memory_mb": peak_memory_mb(),
         "accuracy": scores["accuracy"],
-        "flops_per_sample": flops_per_sample(model, speed["tokens_per_sample"]),
+        "flops_per_sample": nominal_flops_per_sample(model, speed["tokens_per_sample"]),
+        **classifier_step_flops(spec, task, precision, speed["tokens_per_sample"]),
         "steal_fraction": steal,
     }
+
+
+def classifier_step_flops(spec: RunSpec, task: ClassifierTask, precision: str,
+                          tokens_per_sample: float) -> dict[str, float]:
+    """``step_flops`` on a batch of the run's real length: samples of ``tokens_per_sample``
+    tokens, the mean of its measured steps (length-grouped batches hold little padding), or of
+    the full length for stock-2021, which pads every batch to it."""
+    train = task.encoded["train"]
+    length = spec.max_seq_length if spec.config == "stock-2021" else max(
+        2, round(tokens_per_sample))
+    n = min(spec.batch_size, len(train))
+    rows = Encoded([(ids * -(-length // len(ids)))[:length] for ids in train.input_ids[:n]],
+                   train.labels[:n],
+                   None if train.token_type_ids is None else [
+                       (t * -(-length // len(t)))[:length] for t in train.token_type_ids[:n]])
+    batch = Collator(pad_id=task.tokenizer.pad_token_id)(rows, list(range(n)))
+    return step_flops(task.model, batch, precision)
 
 
 def main() -> None:

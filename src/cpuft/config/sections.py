@@ -200,8 +200,9 @@ class SpeedupConfig:
     """Word-embedding gradients as sparse rows, with a lazy AdamW on them: only the rows a batch
     uses are updated (and, across ranks, sent)."""
     first_token_layer: bool = True
-    """For classifiers that read only the first token (BERT family), compute the last layer for
-    that token alone; the loss and gradients are unchanged."""
+    """Where a classifier's head reads only the first token of the last layer (checked by
+    running it), compute that layer for that token alone; the loss and gradients are
+    unchanged."""
     counted_logits: bool = True
     """For causal LMs, project onto the vocabulary only the positions whose next token counts
     in the loss (a response's, not its prompt's); the loss and gradients are unchanged."""

@@ -3,6 +3,9 @@
 oneDNN's CPU convolutions read NHWC directly; on NCHW tensors some reorder their inputs at each
 call. Which layout trains faster depends on the CPU, the precision and the shapes, so it is
 measured: a few forward and backward passes of the model on an image batch, both ways in turns.
+The batch is the user's own (``example_input=``; ``cpuft.fit`` takes its data's first batch),
+never a made-up shape: a network of 28x28 one-channel images and one of 224x224 photographs
+differ in which layout wins, and many refuse shapes they were not built for.
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ from cpuft.topology import Topology
 
 MIN_GAIN = 1.05
 """Channels-last is kept only when it measures at least this much faster."""
-PROBE_SIZE = 64
-"""The side of the made-up images measured on when no example input is given."""
 
 
 def _set_layout(model: nn.Module, fmt: torch.memory_format) -> None:
@@ -54,8 +55,11 @@ def use_channels_last(model: nn.Module, example: torch.Tensor | None,
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     if not convs:
         return False, "the model has no 2-d convolutions"
-    images = example if example is not None else torch.randn(
-        2, convs[0].in_channels, PROBE_SIZE, PROBE_SIZE)
+    if example is None:
+        return False, ("not measured: no batch of the model's own to measure on; give "
+                       "example_input= a batch of your images (cpuft.fit takes its data's "
+                       "first)")
+    images = example
     if images.dim() != 4:
         return False, f"the example input has {images.dim()} dimensions, not an image batch's 4"
     shape = "x".join(str(n) for n in images.shape)
@@ -75,8 +79,8 @@ def use_channels_last(model: nn.Module, example: torch.Tensor | None,
                     seconds[last] += took
     except Exception as e:  # a model that cannot run the made-up batch: leave it as it was
         _set_layout(model, torch.contiguous_format)
-        return False, (f"not measured: the model did not run on a {shape} batch "
-                       f"({type(e).__name__}); pass example_input= an image batch it takes")
+        return False, (f"not measured: the model did not run forward and backward on the "
+                       f"{shape} example ({type(e).__name__})")
     finally:
         torch.random.set_rng_state(rng)
         with torch.no_grad():
@@ -115,7 +119,8 @@ class ChannelsLastSpeedUp(SpeedUp):
         return switch(cfg.speedups.channels_last, "where it measures faster")
 
     def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
-        on, reason = use_channels_last(model, ctx.example_input, ctx.precision,
+        convs = any(isinstance(m, nn.Conv2d) for m in model.modules())
+        on, reason = use_channels_last(model, ctx.example() if convs else None, ctx.precision,
                                        shared=rank0_value)
         return Decision(on, reason)
 

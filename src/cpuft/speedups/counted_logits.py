@@ -31,15 +31,18 @@ CHECK_TOLERANCE = 1e-4
 
 
 def _decoder(model: nn.Module) -> nn.Module | str:
-    """The transformers causal LM inside ``model`` (a peft wrapper's base), or why there is none
-    that takes ``logits_to_keep``."""
+    """The model inside ``model`` (a peft wrapper's base) whose forward can leave positions out
+    of its vocabulary projection (``logits_to_keep``) and takes labels, or why there is none.
+    Whether its loss then stays the same is checked by running it (``_agrees``)."""
     get_base = getattr(model, "get_base_model", None)
     inner = get_base() if callable(get_base) else model
-    name = type(inner).__name__
-    if not (name.endswith("ForCausalLM") or name.endswith("LMHeadModel")):
-        return f"{name} is not a causal LM"
-    if "logits_to_keep" not in inspect.signature(inner.forward).parameters:
-        return f"{name}'s forward takes no logits_to_keep"
+    try:
+        parameters = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return "the model's forward has no signature to read"
+    if "logits_to_keep" not in parameters or "labels" not in parameters:
+        return ("the model's forward takes no logits_to_keep and labels: it is not a causal LM "
+                "that can skip positions")
     return inner
 
 

@@ -1,11 +1,16 @@
 """The last encoder layer computed for the first token alone, where the head reads nothing else.
 
-A BERT-family sequence classifier reads one position of the last layer's output: the first
-([CLS] or <s>) token, through the pooler or the classification head. The other positions of that
-layer are computed and back-propagated for nothing. Here the last layer's keys and values still
-come from every token (the first token attends to all of them), but its query, attention output,
+Many sequence classifiers read one position of the last layer's output: the first ([CLS] or
+<s>) token, through a pooler or a classification head. The other positions of that layer are
+computed and back-propagated for nothing. Here the last layer's keys and values still come from
+every token (the first token attends to all of them), but its query, attention output,
 feed-forward block and layer norms run on one position: on MiniLM-L6 that is most of one layer
 in six. The loss and every gradient are the same as the full layer's, up to float rounding.
+
+Whether a model qualifies is established by running it, never by its class: on a made-up
+batch, every position of the last layer's output but the first is replaced by noise, and the
+logits must not move. The layer is then served if its attention takes one of the forms below
+(found by structure), and the patched model must give the logits it gave before.
 
 Even the keys and values are not projected token by token. With one query per head, its score
 against token l is q_h . (W_k,h x_l + b_k,h) = (W_k,h^T q_h) . x_l + q_h . b_k,h, and its context
@@ -16,7 +21,10 @@ batch of 32 in place of ~510 for the two projections of every token.
 
 from __future__ import annotations
 
+import inspect
 import types
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,97 +34,351 @@ from cpuft.speedplan.choices import MATMUL_ATTENTION
 from cpuft.speedups.dropout import fast_dropout
 from cpuft.speedups.registry import PatchSpeedUp, register
 
-# Sequence classifiers whose head reads position 0 of the last hidden state and nothing else.
-FIRST_TOKEN_HEADS = frozenset({
-    "BertForSequenceClassification",
-    "RobertaForSequenceClassification",
-    "XLMRobertaForSequenceClassification",
-    "CamembertForSequenceClassification",
-    "ElectraForSequenceClassification",
-})
+CHECK_TOLERANCE = 1e-4
+"""Largest change of a logit, relative to the largest logit, that the checks take as none."""
 
 
-def _last_layer(model: nn.Module) -> nn.Module | str:
-    """The last encoder layer, or why the model cannot take the first-token layer."""
-    name = type(model).__name__
-    if name not in FIRST_TOKEN_HEADS:
-        return f"{name} is not a BERT-family classifier that reads only the first token"
-    config = getattr(model, "config", None)
-    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-        return "the model is a decoder"
-    base = getattr(model, getattr(model, "base_model_prefix", ""), None)
-    layers = getattr(getattr(base, "encoder", None), "layer", None)
-    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
-        return "the model has no encoder.layer list"
-    layer = layers[-1]
-    attention = getattr(layer, "attention", None)
-    self_attention = getattr(attention, "self", None)
-    needed = (
-        all(isinstance(getattr(self_attention, n, None), nn.Linear)
-            for n in ("query", "key", "value"))
-        and all(hasattr(self_attention, n) for n in
-                ("num_attention_heads", "attention_head_size", "scaling", "dropout", "config"))
-        and hasattr(attention, "output")
-        and hasattr(layer, "feed_forward_chunk")
-    )
-    if not needed:
-        return f"{type(layer).__name__} is not laid out as a BERT layer"
-    return layer
+@dataclass(frozen=True)
+class Attention:
+    """The parts of a layer's multi-head self-attention that the first token's context needs."""
+
+    query: nn.Linear
+    key: nn.Linear
+    value: nn.Linear
+    heads: int
+    scaling: float
+    dropout: Callable[[torch.Tensor], torch.Tensor]
+    """Dropout on the attention weights, as the model applies it."""
+
+    @property
+    def size(self) -> int:
+        return self.query.out_features // self.heads
 
 
-def _first_token_forward(self: Any, hidden_states: torch.Tensor,
-                         attention_mask: torch.Tensor | None = None, *args: Any,
-                         **kwargs: Any) -> torch.Tensor:
-    """A BERT layer's forward that returns the first position only, shape (batch, 1, hidden)."""
-    attention = self.attention
-    first = hidden_states[:, :1]
-    context = _first_token_attention(attention.self, hidden_states, attention_mask)
-    attention_output = attention.output(context, first)
-    result: torch.Tensor = self.feed_forward_chunk(attention_output)
-    return result
+@dataclass(frozen=True)
+class Form:
+    """How one layout of layer runs for the first token: its attention, and what follows it:
+    ``finish(context, first)`` from the first token's attention context and input to the
+    layer's output there. ``bias(args, kwargs)``: an additive position bias for the scores,
+    from the layer's arguments."""
+
+    name: str
+    attention: Attention
+    finish: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    bias: Callable[[tuple[Any, ...], dict[str, Any]], torch.Tensor | None] = lambda a, k: None
+    takes: tuple[str, ...] = ("attention_mask",)
+    """The layer's tensor arguments besides its input that this form reads: one it is given
+    and would not read (rotary positions, say) means the form does other sums."""
 
 
-def _first_token_attention(sa: Any, hidden_states: torch.Tensor,
-                           mask: torch.Tensor | None) -> torch.Tensor:
+def _attention(module: Any, names: tuple[str, str, str], heads: int, scaling: float | None,
+               dropout: Callable[[torch.Tensor], torch.Tensor] | None = None
+               ) -> Attention | None:
+    """``module``'s query, key and value projections by ``names``, where all three are
+    ``nn.Linear``; None where not."""
+    query, key, value = (getattr(module, n, None) for n in names)
+    if not (isinstance(query, nn.Linear) and isinstance(key, nn.Linear)
+            and isinstance(value, nn.Linear) and heads > 0):
+        return None
+    return Attention(query=query, key=key, value=value, heads=heads,
+                     scaling=scaling or (query.out_features // heads) ** -0.5,
+                     dropout=dropout or _model_dropout(module))
+
+
+def _model_dropout(module: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Dropout on attention weights as transformers' attention functions apply it: cpuft's
+    under its matmul attention, torch's under the others."""
+    p = float(getattr(getattr(module, "dropout", None), "p", 0.0))
+    config = getattr(module, "config", None)
+    fast = getattr(config, "_attn_implementation", None) == MATMUL_ATTENTION
+    return lambda probs: (fast_dropout(probs, p, module.training) if fast
+                          else nn.functional.dropout(probs, p, module.training))
+
+
+def _heads(module: Any, *names: str) -> int:
+    return next((int(v) for v in (getattr(module, n, 0) for n in names) if v), 0)
+
+
+def _bert_form(layer: Any) -> Form | None:
+    """Separate query/key/value under ``attention.self``, an output block taking the residual,
+    and a feed-forward chunk (BERT and the models built on its layer)."""
+    sa: Any = getattr(getattr(layer, "attention", None), "self", None)
+    output: Any = getattr(getattr(layer, "attention", None), "output", None)
+    att = _attention(sa, ("query", "key", "value"), _heads(sa, "num_attention_heads"),
+                     getattr(sa, "scaling", None))
+    if att is None or output is None or not hasattr(layer, "feed_forward_chunk"):
+        return None
+    return Form("query/key/value with an output block", att,
+                lambda ctx, first: layer.feed_forward_chunk(output(ctx, first)))
+
+
+def _lin_form(layer: Any) -> Form | None:
+    """q_lin/k_lin/v_lin/out_lin, a norm after attention and one after the feed-forward block
+    (DistilBERT's layout)."""
+    sa: Any = getattr(layer, "attention", None)
+    norm, ffn, out_norm = (getattr(layer, n, None) for n in (
+        "sa_layer_norm", "ffn", "output_layer_norm"))
+    out_lin = getattr(sa, "out_lin", None)
+    att = _attention(sa, ("q_lin", "k_lin", "v_lin"), _heads(sa, "n_heads",
+                                                             "num_attention_heads"),
+                     getattr(sa, "scaling", None))
+    if att is None or norm is None or ffn is None or out_norm is None or out_lin is None:
+        return None
+
+    def finish(ctx: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        attended = norm(out_lin(ctx) + first)
+        return out_norm(ffn(attended) + attended)
+
+    return Form("q_lin/k_lin/v_lin with norms after attention and feed-forward", att, finish)
+
+
+def _relative_form(layer: Any) -> Form | None:
+    """q/k/v/o under ``attention.attn`` with a position bias added to the scores, then
+    ``attention.LayerNorm``, ``intermediate`` and ``output`` (MPNet's layout)."""
+    attention: Any = getattr(layer, "attention", None)
+    attn: Any = getattr(attention, "attn", None)
+    norm, o = getattr(attention, "LayerNorm", None), getattr(attn, "o", None)
+    att = _attention(attn, ("q", "k", "v"), _heads(attn, "num_attention_heads"), None,
+                     dropout=getattr(attn, "dropout", None))
+    if att is None or norm is None or o is None or not all(
+            hasattr(layer, n) for n in ("intermediate", "output")):
+        return None
+    after = attention.dropout
+
+    def finish(ctx: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        attended = norm(after(o(ctx)) + first)
+        return layer.output(layer.intermediate(attended), attended)
+
+    def bias(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+        found = kwargs.get("position_bias", args[0] if args else None)
+        return found if isinstance(found, torch.Tensor) else None
+
+    return Form("q/k/v/o with a relative position bias", att, finish, bias,
+                takes=("attention_mask", "position_bias"))
+
+
+FORMS = (_bert_form, _lin_form, _relative_form)
+"""The layouts served, each recognised by its parts."""
+
+
+def first_token_attention(att: Attention, hidden_states: torch.Tensor,
+                          mask: torch.Tensor | None, bias: torch.Tensor | None = None
+                          ) -> torch.Tensor:
     """The first position's multi-head attention context over all positions, (batch, 1, heads *
-    head size), with keys and values folded into the query (see the module's docstring)."""
+    head size), with keys and values folded into the query (see the module's docstring).
+    ``mask`` and ``bias`` are added to the scores as the model gives them (the first query's
+    row is read)."""
     batch, _, width = hidden_states.shape
-    heads, size = sa.num_attention_heads, sa.attention_head_size
-    query = sa.query(hidden_states[:, :1]).view(batch, heads, size)
-    key_weight = sa.key.weight.view(heads, size, width)
+    heads, size = att.heads, att.size
+    query = att.query(hidden_states[:, :1]).view(batch, heads, size)
+    key_weight = att.key.weight.view(heads, size, width)
     # Each head's query in the hidden space: scores are then its dot products with the tokens.
     reach = torch.einsum("bhd,hdk->bhk", query, key_weight)
     scores = torch.bmm(reach, hidden_states.transpose(1, 2))
-    if sa.key.bias is not None:  # the same for every token, so softmax drops it; kept exact
-        scores = scores + (query * sa.key.bias.view(heads, size)).sum(-1, keepdim=True)
-    scores = scores * sa.scaling
+    if att.key.bias is not None:  # the same for every token, so softmax drops it; kept exact
+        scores = scores + (query * att.key.bias.view(heads, size)).sum(-1, keepdim=True)
+    scores = scores * att.scaling
+    if bias is not None:
+        scores = scores + bias[:, :, 0, :]
     if mask is not None:
         row = mask[:, :, 0, :]  # (batch or 1, 1 or heads, length): the first query's row
         scores = scores.masked_fill(~row, torch.finfo(scores.dtype).min) \
             if row.dtype == torch.bool else scores + row
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(hidden_states.dtype)
-    if sa.config._attn_implementation == MATMUL_ATTENTION:
-        probs = fast_dropout(probs, sa.dropout.p, sa.training)
-    else:
-        probs = nn.functional.dropout(probs, sa.dropout.p, sa.training)
+    probs = att.dropout(probs)
     mixed = torch.bmm(probs, hidden_states)  # each head's weighted mean token
-    context = torch.einsum("bhk,hdk->bhd", mixed, sa.value.weight.view(heads, size, width))
-    if sa.value.bias is not None:  # dropout leaves the weights summing to other than 1
-        context = context + probs.sum(-1, keepdim=True) * sa.value.bias.view(heads, size)
+    context = torch.einsum("bhk,hdk->bhd", mixed, att.value.weight.view(heads, size, width))
+    if att.value.bias is not None:  # dropout leaves the weights summing to other than 1
+        context = context + probs.sum(-1, keepdim=True) * att.value.bias.view(heads, size)
     return context.reshape(batch, 1, heads * size)
+
+
+def _layers(model: nn.Module) -> nn.ModuleList | None:
+    """The model's stack of layers: its longest list of modules all of one class."""
+    stacks = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)
+              and len({type(layer) for layer in m}) == 1]
+    return max(stacks, key=len, default=None)
+
+
+def _probe_batch(model: nn.Module) -> dict[str, torch.Tensor] | None:
+    """Two made-up sequences of 7 tokens, the second padded after 5."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 8:
+        return None
+    ids = torch.randint(4, min(vocab, 1000), (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _logits(out: Any) -> torch.Tensor:
+    found = getattr(out, "logits", None)
+    if found is None:
+        found = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(found, torch.Tensor):
+        raise TypeError(f"the model gave {type(out).__name__}, no logits")
+    return found.float()
+
+
+def _moved(a: torch.Tensor, b: torch.Tensor) -> float:
+    """How far ``b`` is from ``a``, relative to ``a``'s largest value."""
+    return float((a - b).abs().max() / a.abs().max().clamp_min(1e-6))
+
+
+class _Probe:
+    """Runs the model on the made-up batch in eval mode, its RNG and mode left as they were."""
+
+    def __init__(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> None:
+        self.model, self.batch = model, batch
+
+    def first_output(self, layer: nn.Module) -> torch.Tensor:
+        """``layer``'s output at the first position, which is all the head reads: compared
+        there, a difference is not squashed by the pooler's tanh and the head."""
+        seen: list[torch.Tensor] = []
+
+        def keep(_module: nn.Module, _args: Any, output: Any) -> None:
+            hidden = output[0] if isinstance(output, tuple) else output
+            seen.append(hidden[:, 0].float())
+
+        handle = layer.register_forward_hook(keep)
+        try:
+            self.logits()
+        finally:
+            handle.remove()
+        return seen[-1]
+
+    def logits(self) -> torch.Tensor:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                return _logits(self.model(**self.batch))
+        finally:
+            self.model.train(was_training)
+
+
+@dataclass
+class _Call:
+    """How the model calls its last layer: whether it returns a tuple, and the names of the
+    tensor arguments it is given besides its input."""
+
+    as_tuple: bool = False
+    tensors: tuple[str, ...] = ()
+
+
+def _tensor_arguments(layer: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+                      ) -> tuple[str, ...]:
+    def holds_tensor(value: Any) -> bool:
+        return isinstance(value, torch.Tensor) or (
+            isinstance(value, (tuple, list)) and any(map(holds_tensor, value)))
+
+    try:
+        bound = inspect.signature(layer.forward).bind(*args, **kwargs).arguments
+    except TypeError:
+        bound = {f"argument {i}": a for i, a in enumerate(args)} | kwargs
+    names = []
+    for i, (name, value) in enumerate(bound.items()):
+        if i == 0:
+            continue  # the input itself
+        if isinstance(value, dict):  # **kwargs
+            names += [k for k, v in value.items() if holds_tensor(v)]
+        elif holds_tensor(value):
+            names.append(name)
+    return tuple(names)
+
+
+def _reads_first_position_only(probe: _Probe, layer: nn.Module) -> tuple[str, _Call]:
+    """('', how the layer is called) where the logits stay put when every position of the last
+    layer's output but the first turns to noise; else why the model does not qualify."""
+    calls: list[bool] = []
+    call = _Call()
+    noise = torch.Generator().manual_seed(1)
+
+    def arguments(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        call.tensors = _tensor_arguments(layer, args, kwargs)
+
+    def perturb(_module: nn.Module, _args: Any, output: Any) -> Any:
+        calls.append(isinstance(output, tuple))
+        hidden = output[0] if isinstance(output, tuple) else output
+        if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
+            return None
+        noisy = hidden.clone()
+        noisy[:, 1:] = torch.randn(noisy[:, 1:].shape, generator=noise, dtype=noisy.dtype) * 3
+        return (noisy, *output[1:]) if isinstance(output, tuple) else noisy
+
+    before = probe.logits()
+    handles = [layer.register_forward_hook(perturb),
+               layer.register_forward_pre_hook(arguments, with_kwargs=True)]
+    try:
+        after = probe.logits()
+    finally:
+        for handle in handles:
+            handle.remove()
+    if len(calls) != 1:
+        return (f"the last layer runs {len(calls)} times a forward pass (its weights are "
+                "shared): not served"), call
+    if _moved(before, after) > CHECK_TOLERANCE:
+        return "the head reads more of the last layer than its first position", call
+    call.as_tuple = calls[0]
+    return "", call
 
 
 def use_first_token_layer(model: nn.Module) -> str:
     """Compute the model's last layer for the first token only; the reason it cannot, or ''.
 
     The layer's weights and the model's state dict are untouched: only that layer's forward
-    is replaced, on this instance.
+    is replaced, on this instance, and only once the model gives the same logits with it.
     """
-    layer = _last_layer(model)
-    if isinstance(layer, str):
-        return layer
-    layer.forward = types.MethodType(_first_token_forward, layer)
+    config = getattr(model, "config", None)
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+        return "the model is a decoder"
+    layers, batch = _layers(model), _probe_batch(model)
+    if layers is None or batch is None:
+        return "the model has no stack of layers over token ids"
+    layer, probe = layers[-1], _Probe(model, batch)
+    try:
+        why_not, call = _reads_first_position_only(probe, layer)
+    except Exception as e:  # a model that does not run on ids and a mask alone
+        return f"the model did not run on a made-up batch ({type(e).__name__})"
+    if why_not:
+        return why_not
+    form = next((f for f in (match(layer) for match in FORMS) if f is not None), None)
+    if form is None:
+        parts = ", ".join(sorted({name.split(".")[-1] for name, m in layer.named_modules()
+                                  if isinstance(m, nn.Linear)}))
+        return (f"the last layer's attention has none of the forms served (separate query, "
+                f"key and value projections in one of {len(FORMS)} layouts); its linear "
+                f"layers: {parts}")
+    unread = [name for name in call.tensors if name not in form.takes]
+    if unread:
+        return (f"the last layer is given {', '.join(unread)} besides its input, which "
+                f"{form.name} does not read (rotary positions, say): not served")
+    before = probe.first_output(layer)
+    layer.forward = types.MethodType(_forward_for(form, call.as_tuple), layer)
+    try:
+        moved = _moved(before, probe.first_output(layer))
+    except Exception as e:  # parts of the layout's names that do other sums (ConvBERT)
+        del layer.forward
+        return (f"the last layer, taken as {form.name}, did not run ({type(e).__name__}: "
+                f"{str(e).splitlines()[0][:80]}): not served")
+    if moved > CHECK_TOLERANCE:
+        del layer.forward
+        return (f"the last layer as {form.name} gave another output at the first position "
+                f"(off by {moved:.1e}; positions it does not take, rotary ones, say): "
+                "not served")
     return ""
+
+
+def _forward_for(form: Form, as_tuple: bool) -> Callable[..., Any]:
+    def forward(self: nn.Module, hidden_states: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, *args: Any, **kwargs: Any) -> Any:
+        """The layer's output at the first position alone, (batch, 1, hidden)."""
+        context = first_token_attention(form.attention, hidden_states, attention_mask,
+                                        form.bias(args, kwargs))
+        out = form.finish(context, hidden_states[:, :1])
+        return (out,) if as_tuple else out
+
+    return forward
 
 
 register(PatchSpeedUp("first_token_layer", use_first_token_layer))

@@ -34,7 +34,11 @@ class PatchContext:
 
     precision: str | None
     example_input: Any = None
-    """An input batch to measure on (channels-last); None for a made-up one."""
+    """An input batch to measure on (channels-last), or a function that gives one (drawn only
+    where a speed-up needs it); None: there is none."""
+
+    def example(self) -> Any:
+        return self.example_input() if callable(self.example_input) else self.example_input
 
 
 class SpeedUp:

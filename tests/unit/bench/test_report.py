@@ -263,3 +263,71 @@ def test_the_chart_says_each_speed_up_with_its_spread_over_rounds(tmp_path):
     assert speedup_lines(entry) == ["cpuft 1.60x trainer-best (1.50-1.80)"]
     bar_chart(report, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_flop_figure_passes_the_peak_it_is_divided_by():
+    """A square matmul timed in a slow moment (200 GFLOP/s), a run executing 240: the peak is
+    at least what a run reached, and nominal FLOPs above it (work cpuft skips) are named, not
+    given as a percentage."""
+    from cpuft.bench.report import utilisation_line
+    from cpuft.bench.runner import peak_gflops
+
+    cpuft = {**result("cpuft", 200.0, 0.8, "fp32"), "flops_per_sample": 1.5e9,
+             "executed_flops_per_sample": 1.2e9, "peak_gflops_model_shapes": 180.0}
+    stock = {**result("trainer-best", 100.0, 0.8, "fp32"), "flops_per_sample": 1.5e9,
+             "executed_flops_per_sample": 1.5e9, "peak_gflops_model_shapes": 190.0}
+    assert peak_gflops([cpuft, stock], MATMUL) == {"bf16": 1000.0, "fp32": 240.0}
+    report = compare([stock, cpuft], MATMUL)
+    report["targets"] = {}
+    entry = report["models"]["minilm"]
+    assert entry["hfu"] == pytest.approx(1.0) and entry["mfu"] == pytest.approx(1.25)
+    assert entry["skipped_flops_fraction"] == pytest.approx(0.2)
+    for config in entry["configs"].values():
+        assert config["hfu"] <= 1.0
+    line = utilisation_line(entry)
+    assert line == ("cpuft runs at 100.0% of the peak (executed FLOPs), nominal model FLOPs "
+                    "above the peak; cpuft skips 20% of them")
+    assert "125" not in markdown(report)
+    cpuft["samples_per_second"] = 100.0
+    line = utilisation_line(compare([stock, cpuft], MATMUL)["models"]["minilm"])
+    assert line == ("cpuft runs at 60.0% of the peak (executed FLOPs), nominal model FLOPs "
+                    "75.0%; cpuft skips 20% of them")
+
+
+def test_flops_are_counted_as_the_step_runs_them_and_the_peak_at_the_models_shapes():
+    import torch
+    from torch import nn
+
+    from cpuft.bench.flops import (
+        executed_flops,
+        matmul_peak_gflops,
+        model_shapes,
+        nominal_flops_per_sample,
+    )
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    x = torch.randn(5, 8)
+    # forward 2*5*(8*16 + 16*4); backward twice that, less the input gradient of the first
+    flops = executed_flops(lambda: model(x).sum().backward())
+    assert flops == 2 * 5 * (8 * 16 + 16 * 4) * 3 - 2 * 5 * 8 * 16
+    assert model_shapes(model, 40) == [(40, 8, 16), (40, 16, 4)]
+    assert matmul_peak_gflops([(64, 64, 64)], torch.float32, repeats=2, seconds=0.02) > 0
+
+    class Config:
+        num_hidden_layers, hidden_size = 2, 16
+
+    model.config = Config()
+    params = 8 * 16 + 16 + 16 * 4 + 4
+    assert nominal_flops_per_sample(model, 10.0) == 6 * params * 10 + 12 * 2 * 16 * 100
+
+
+def test_many_models_wrap_onto_rows(tmp_path):
+    import matplotlib.image
+
+    models = [f"/data/models/family{i}" for i in range(5)]
+    report = compare([{**result(config, sps, 0.8), "model": model}
+                      for model in models for config, sps in (("trainer-best", 100.0),
+                                                              ("cpuft", 160.0))], MATMUL)
+    bar_chart(report, tmp_path / "bench.png")
+    height, width, _ = matplotlib.image.imread(tmp_path / "bench.png").shape
+    assert (height, width) == (2 * 4 * 110, 4 * 5 * 110)  # 4 panels a row, then a second row

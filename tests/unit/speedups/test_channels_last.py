@@ -51,6 +51,7 @@ def test_a_rank_that_has_not_joined_its_job_stays_contiguous() -> None:
 
 RANKS = """
 import json
+import os
 import torch
 from torch import nn
 import cpuft.distributed
@@ -69,8 +70,10 @@ ddp = nn.parallel.DistributedDataParallel(model)  # refuses ranks whose strides 
 ddp(torch.randn(2, 3, 16, 16)).sum().backward()
 print(json.dumps({"rank": rank, "on": on, "reason": reason,
                   "channels_last": model[0].weight.is_contiguous(
-                      memory_format=torch.channels_last)}))
-torch.distributed.destroy_process_group()
+                      memory_format=torch.channels_last)}), flush=True)
+# Every collective is done: leave without gloo's teardown, which in torch 2.13 can abort a rank
+# whose peer has already gone ("terminate called without an active exception").
+os._exit(0)
 """
 
 
@@ -82,3 +85,41 @@ def test_two_ranks_that_measure_differently_take_rank_0s_layout(tmp_path) -> Non
     assert results[0]["reason"].startswith("measured on a 2x3x16x16 batch: channels-last 2.00x")
     assert results[1]["reason"].startswith("measured on rank 0 on a 2x3x16x16 batch: "
                                            "channels-last 2.00x")
+
+
+class Mnist(nn.Module):
+    """pytorch/examples' mnist/main.py network: 28x28 one-channel images only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(1, 8, 3, 1), nn.Conv2d(8, 16, 3, 1)
+        self.fc = nn.Linear(16 * 12 * 12, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.max_pool2d(torch.relu(self.conv2(torch.relu(self.conv1(x)))), 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+def test_layout_is_measured_on_the_users_own_batch_never_a_made_up_one() -> None:
+    import cpuft
+
+    on, reason = use_channels_last(Mnist(), None, "fp32")
+    assert not on and reason.startswith("not measured: no batch of the model's own")
+    model = cpuft.optimize(Mnist(), precision="fp32")
+    assert cpuft.report_plan(model)["channels_last_reason"].startswith("not measured")
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.randn(32, 1, 28, 28, generator=g), torch.randint(0, 10, (32,), generator=g)),
+        batch_size=16, shuffle=True)
+    model = Mnist()
+    cpuft.fit(model, data, criterion=nn.functional.cross_entropy, max_steps=2,
+              precision="fp32", progress=False)
+    reason = cpuft.report_plan(model)["channels_last_reason"]
+    assert reason.startswith("measured on a 16x1x28x28 batch: channels-last"), reason
+    # One-pass data cannot be looked at first: nothing of it is lost.
+    one_pass = Mnist()
+    result = cpuft.fit(one_pass, iter(list(data)), criterion=nn.functional.cross_entropy,
+                       max_steps=2, precision="fp32", progress=False)
+    assert result.steps == 2 and result.samples == 32
+    assert cpuft.report_plan(one_pass)["channels_last_reason"].startswith("not measured")

@@ -97,8 +97,9 @@ def test_models_it_cannot_patch_say_why(tmp_path: Path) -> None:
     classifier = BertForSequenceClassification(BertConfig(
         vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=32))
-    assert use_counted_logits(classifier) == \
-        "BertForSequenceClassification is not a causal LM"
+    assert use_counted_logits(classifier) == (
+        "the model's forward takes no logits_to_keep and labels: it is not a causal LM "
+        "that can skip positions")
 
     model = _llama(tmp_path)
     head = model.lm_head

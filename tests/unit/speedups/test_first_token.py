@@ -4,13 +4,23 @@ import pytest
 import torch
 from torch import nn
 from transformers import (
+    AlbertConfig,
+    AlbertForSequenceClassification,
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
+    DistilBertConfig,
+    DistilBertForSequenceClassification,
     ElectraConfig,
     ElectraForSequenceClassification,
+    ErnieConfig,
+    ErnieForSequenceClassification,
+    MPNetConfig,
+    MPNetForSequenceClassification,
     RobertaConfig,
     RobertaForSequenceClassification,
+    XLNetConfig,
+    XLNetForSequenceClassification,
 )
 
 from cpuft.speedups.attention import register_attention
@@ -35,18 +45,37 @@ def loss_and_grads(model: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tens
     return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("attention", ["eager", "sdpa", "cpuft_eager"])
-@pytest.mark.parametrize("family", ["bert", "roberta", "electra"])
+def build(family: str) -> nn.Module:
+    if family == "bert":
+        return BertForSequenceClassification(BertConfig(**SMALL))
+    if family == "roberta":
+        return RobertaForSequenceClassification(RobertaConfig(**SMALL, pad_token_id=1))
+    if family == "electra":
+        return ElectraForSequenceClassification(ElectraConfig(**SMALL, embedding_size=32))
+    if family == "ernie":
+        return ErnieForSequenceClassification(ErnieConfig(**SMALL))
+    if family == "mpnet":
+        return MPNetForSequenceClassification(MPNetConfig(**SMALL, pad_token_id=1))
+    if family == "distilbert":
+        return DistilBertForSequenceClassification(DistilBertConfig(
+            vocab_size=60, dim=32, n_layers=3, n_heads=4, hidden_dim=64, dropout=0.0,
+            attention_dropout=0.0, seq_classif_dropout=0.0))
+    raise ValueError(family)
+
+
+FAMILIES = ["bert", "roberta", "electra", "ernie", "mpnet", "distilbert"]
+
+
+@pytest.mark.parametrize("family, attention", [
+    (family, attention) for family in FAMILIES
+    # MPNet computes its attention itself, not through transformers' interface
+    for attention in (["eager"] if family == "mpnet" else ["eager", "sdpa", "cpuft_eager"])])
 def test_first_token_layer_gives_the_same_loss_and_gradients(attention, family):
     register_attention()
     torch.manual_seed(0)
-    if family == "bert":
-        full = BertForSequenceClassification(BertConfig(**SMALL))
-    elif family == "roberta":
-        full = RobertaForSequenceClassification(RobertaConfig(**SMALL, pad_token_id=1))
-    else:
-        full = ElectraForSequenceClassification(ElectraConfig(**SMALL, embedding_size=32))
-    full.set_attn_implementation(attention)
+    full = build(family)
+    if family != "mpnet":
+        full.set_attn_implementation(attention)
     full.train()
     cut = copy.deepcopy(full)
     assert use_first_token_layer(cut) == ""
@@ -80,10 +109,84 @@ def test_the_last_layer_really_runs_on_one_position():
 
 def test_models_whose_head_reads_more_than_the_first_token_are_left_alone():
     masked_lm = BertForMaskedLM(BertConfig(**SMALL))
-    assert "not a BERT-family classifier" in use_first_token_layer(masked_lm)
+    assert use_first_token_layer(masked_lm) == \
+        "the head reads more of the last layer than its first position"
+    # XLNet's summary reads the last token, not the first.
+    xlnet = XLNetForSequenceClassification(XLNetConfig(vocab_size=60, d_model=32, n_layer=2,
+                                                       n_head=4, d_inner=64))
+    assert "reads more of the last layer" in use_first_token_layer(xlnet)
     decoder = BertForSequenceClassification(BertConfig(**SMALL, is_decoder=True))
     assert "decoder" in use_first_token_layer(decoder)
-    assert "not a BERT-family classifier" in use_first_token_layer(nn.Linear(2, 2))
+    assert "no stack of layers" in use_first_token_layer(nn.Linear(2, 2))
+    # ALBERT runs one shared layer again and again: it is named, not served.
+    albert = AlbertForSequenceClassification(AlbertConfig(**SMALL, embedding_size=16))
+    assert "runs 3 times a forward pass" in use_first_token_layer(albert)
+    # ConvBERT's attention is BERT's by its names, but mixes in convolutions: it does not run
+    # the first-token way; RoFormer's rotates its queries and keys: other logits. Both are
+    # named and undone.
+    from transformers import (
+        ConvBertConfig,
+        ConvBertForSequenceClassification,
+        RoFormerConfig,
+        RoFormerForSequenceClassification,
+    )
+
+    convbert = ConvBertForSequenceClassification(ConvBertConfig(**SMALL, embedding_size=32))
+    assert "taken as query/key/value with an output block, did not run" in \
+        use_first_token_layer(convbert)
+    roformer = RoFormerForSequenceClassification(RoFormerConfig(**SMALL, embedding_size=32))
+    assert use_first_token_layer(roformer).startswith(
+        "the last layer is given sinusoidal_pos besides its input")
+    for model in (masked_lm, xlnet, albert, convbert, roformer):  # nothing was patched
+        assert all("forward" not in vars(m) for m in model.modules())
+
+
+def test_a_layer_of_no_form_served_is_named_and_one_that_changes_the_logits_is_undone():
+    from cpuft.speedups import first_token
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(**SMALL)).eval()
+    layer = model.bert.encoder.layer[-1]
+    # A query that is no plain linear layer (it runs the same): no form matches.
+    layer.attention.self.query = nn.Sequential(layer.attention.self.query)
+    why = use_first_token_layer(model)
+    assert why.startswith("the last layer's attention has none of the forms served")
+    assert "its linear layers: 0, dense, key, value" in why
+
+    model = BertForSequenceClassification(BertConfig(**SMALL)).eval()
+    wrong = first_token.Form("a form whose sums are off", first_token._bert_form(
+        model.bert.encoder.layer[-1]).attention, lambda ctx, first: first * 2)
+    first_token.FORMS = (lambda _layer: wrong, *first_token.FORMS)
+    try:
+        assert use_first_token_layer(model).startswith(
+            "the last layer as a form whose sums are off gave another output at the first position")
+    finally:
+        first_token.FORMS = first_token.FORMS[1:]
+    assert "forward" not in vars(model.bert.encoder.layer[-1])
+
+
+def test_no_speed_up_decides_by_a_model_class_name():
+    """Speed-ups decide from what a model is and does, never from what its class is called."""
+    import pathlib
+    import re
+
+    import transformers
+
+    names = {n for n in dir(transformers) if re.fullmatch(
+        r"[A-Z]\w*(For\w+|Model|LMHeadModel|Layer|Attention)", n)}
+    folder = pathlib.Path(first_token_module().__file__).parent
+    for path in folder.glob("*.py"):
+        text = path.read_text()
+        found = sorted(n for n in names if re.search(rf"\b{n}\b", text))
+        assert not found, f"{path.name} names {found}"
+        assert "__name__" not in re.sub(r"type\(\w+\)\.__name__}", "", text) or \
+            path.name == "registry.py", path.name
+
+
+def first_token_module():
+    from cpuft.speedups import first_token
+
+    return first_token
 
 
 def test_folded_keys_and_values_match_projected_ones_under_dropout():
@@ -91,7 +194,7 @@ def test_folded_keys_and_values_match_projected_ones_under_dropout():
     weighted by what they do sum to. Both ways draw one mask of the same size from the same
     seed, so they drop the same weights."""
     from cpuft.speedups.dropout import fast_dropout
-    from cpuft.speedups.first_token import _first_token_attention
+    from cpuft.speedups.first_token import _bert_form, first_token_attention
 
     torch.manual_seed(0)
     config = BertConfig(**{**SMALL, "attention_probs_dropout_prob": 0.5})
@@ -105,7 +208,8 @@ def test_folded_keys_and_values_match_projected_ones_under_dropout():
     mask[1, ..., 5:] = torch.finfo(torch.float32).min
 
     torch.manual_seed(5)
-    folded = _first_token_attention(sa, hidden, mask)
+    folded = first_token_attention(_bert_form(model.bert.encoder.layer[-1]).attention, hidden,
+                                   mask)
 
     torch.manual_seed(5)
     query = sa.query(hidden[:, :1]).view(4, 1, 4, 8).transpose(1, 2)

@@ -1,0 +1,85 @@
+"""What a bench's FLOP figures count, and the peak they are divided by (docs/benchmarking.md).
+
+- nominal: the model's FLOPs by the usual count, 6 x non-embedding parameters x real tokens
+  plus attention, whatever a way of training skips or adds;
+- executed: what one training step really runs, counted by torch (``FlopCounterMode``) on one
+  batch as that way trains it, padding and cpuft's skipped work included;
+- the peak: the best of several timings of matmuls at the square shape and at the model's own
+  (its linear layers at its batch's tokens), and never below a rate a run was seen to reach:
+  a peak taken in a slow moment of a VM would put a fast run above 100%.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def nominal_flops_per_sample(model: Any, mean_tokens: float) -> float:
+    """Training FLOPs for one sample of ``mean_tokens`` real tokens: 6 x non-embedding
+    parameters x tokens, plus attention's 12 x layers x width x tokens^2."""
+    params = sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
+    cfg = model.config
+    attention = 12 * cfg.num_hidden_layers * cfg.hidden_size * mean_tokens**2
+    return float(6 * params * mean_tokens + attention)
+
+
+def executed_flops(step: Callable[[], Any]) -> float:
+    """The FLOPs torch counts while ``step`` runs (a forward and backward pass)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return float(counter.get_total_flops())
+
+
+def model_shapes(model: nn.Module, rows: int) -> list[tuple[int, int, int]]:
+    """The (rows, in, out) products the model's linear layers run on a batch of ``rows``
+    tokens, each shape once."""
+    return sorted({(rows, m.in_features, m.out_features) for m in model.modules()
+                   if isinstance(m, nn.Linear)})
+
+
+def matmul_peak_gflops(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype,
+                       repeats: int = 3, seconds: float = 0.3) -> float:
+    """The best GFLOP/s over ``shapes`` and ``repeats`` timings of each, on this process's
+    threads."""
+    own = torch.Generator().manual_seed(0)
+    best = 0.0
+    for rows, inner, cols in shapes:
+        a = torch.randn(rows, inner, generator=own).to(dtype)
+        b = torch.randn(inner, cols, generator=own).to(dtype)
+        a @ b  # the kernel is chosen and the threads started outside the timing
+        for _ in range(repeats):
+            count, started = 0, time.perf_counter()
+            while (took := time.perf_counter() - started) < seconds:
+                a @ b
+                count += 1
+            best = max(best, 2 * rows * inner * cols * count / took / 1e9)
+    return best
+
+
+def step_flops(model: nn.Module, batch: dict[str, torch.Tensor], precision: str
+               ) -> dict[str, float]:
+    """Per sample, the FLOPs of one training step of ``model`` (its loss from ``labels`` in the
+    batch) as it now runs, and the best matmul rate at its own shapes for that batch."""
+    from cpuft.engine.step import autocast_for
+
+    model.train()
+
+    def step() -> None:
+        with autocast_for(precision):
+            loss = model(**batch).loss
+        loss.backward()
+
+    samples = int(batch["input_ids"].shape[0])
+    executed = executed_flops(step) / samples
+    model.zero_grad(set_to_none=True)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    shapes = model_shapes(model, int(batch["input_ids"].numel()))
+    return {"executed_flops_per_sample": executed,
+            "peak_gflops_model_shapes": matmul_peak_gflops(shapes, dtype)}
