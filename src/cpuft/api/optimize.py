@@ -182,14 +182,27 @@ def _plan_of(model: nn.Module | None) -> SpeedPlan | None:
 
 
 def autocast(model: nn.Module | None = None) -> contextlib.AbstractContextManager[Any]:
-    """bf16 autocast exactly where ``cpuft.optimize`` chose bf16 (for ``model``, or the model
-    optimized last); nothing otherwise."""
+    """bf16 autocast exactly where ``cpuft.optimize`` chose bf16; nothing otherwise.
+
+    Args:
+        model: the model ``cpuft.optimize`` or ``cpuft.fit`` set up; default: the last one.
+
+    Returns:
+        A context manager: ``with cpuft.autocast(model): loss = loss_fn(model(x), y)``.
+    """
     plan = _plan_of(model)
     return autocast_for(plan.precision if plan is not None else None)
 
 
 def report_plan(model: nn.Module | None = None) -> dict[str, Any]:
-    """What cpuft chose and why, as summary.json's ``plan``: for ``model`` (or the model
-    optimized last), or, before any ``optimize``, for a default run on this machine."""
+    """What cpuft chose and why, as summary.json's ``plan``.
+
+    Args:
+        model: the model ``cpuft.optimize`` or ``cpuft.fit`` set up; default: the last one,
+            or, before any, a default run on this machine.
+
+    Returns:
+        Each decision (precision, threads, every speed-up) and its reason, by name.
+    """
     plan = _plan_of(model)
     return (plan or preview()).to_dict()

@@ -19,7 +19,20 @@ _joined: list[DistContext | None] = []
 
 
 def init(backend: str = "auto", timeout_s: float = 120.0) -> tuple[int, int]:
-    """Join this process's job; ``(rank, world_size)``. Calling it again returns the same."""
+    """Join the job ``cpuft launch`` (or torchrun, mpirun, Slurm) started this process in.
+
+    Args:
+        backend: 'auto' (ccl where its binding imports, mpi under mpirun, else gloo), 'gloo',
+            'mpi' or 'ccl'.
+        timeout_s: how long a collective waits for the other ranks.
+
+    Returns:
+        ``(rank, world_size)``; ``(0, 1)`` in a single process. Calling it again returns the
+        same.
+
+    Raises:
+        CpuftError: the job's environment names a world that cannot form (one line says why).
+    """
     ctx = context(backend, timeout_s)
     return (ctx.info.rank, ctx.info.world_size) if ctx is not None else (0, 1)
 
