@@ -60,3 +60,27 @@ def test_best_model_settings_without_evaluation_are_refused(tiny_model, tmp_path
                                "--overwrite", *extra)) == 2
         err = capsys.readouterr().err.strip()
         assert said in err and len(err.splitlines()) == 1, err
+
+
+def test_the_last_evaluation_is_not_taken_again_at_the_end(tiny_model, tmp_path, monkeypatch):
+    from cpuft.recipes import classifier
+
+    splits = []
+    scored = classifier.evaluate
+
+    def counted(model, data, *args, **kwargs):
+        splits.append(len(data))
+        return scored(model, data, *args, **kwargs)
+
+    monkeypatch.setattr(classifier, "evaluate", counted)
+    data = write_csv(tmp_path / "reviews.csv", sentiment_rows(60, seed=4))
+    out = tmp_path / "run"
+    assert main(train_args(tiny_model, data, out, "--max-steps", "6", "--eval-steps", "3",
+                           "--precision", "fp32")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    last = summary["evaluations"][-1]
+    assert last["step"] == 6
+    assert summary["eval"] == {k.removeprefix("eval_"): v for k, v in last.items()
+                               if k.startswith("eval_")}
+    # the validation split at steps 3 and 6, and not again at the end (no test split here)
+    assert len(splits) == 2 and summary.get("test") is None, splits

@@ -9,6 +9,7 @@ command line checks them.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +25,7 @@ from cpuft.api.fit_settings import FitSettings
 from cpuft.api.optimize import remember_plan
 from cpuft.config import TrainConfig, config_from
 from cpuft.config.fields import settings
+from cpuft.distributed import rank0_value
 from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.engine.fit import FitResult, LossNotFinite
 from cpuft.engine.fit import fit as engine_fit
@@ -35,6 +37,7 @@ from cpuft.log import get_logger
 from cpuft.metrics import MetricLogger
 from cpuft.paths import check_writable_dir
 from cpuft.runtime import start
+from cpuft.speedups.model_precision import precision_for_model
 from cpuft.speedups.registry import apply_speedups
 
 LOG = get_logger(__name__)
@@ -287,8 +290,11 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     runtime = start(cfg, own_loop=True)
     dist = runtime.dist
     rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
-    plan = apply_speedups(model, runtime.plan, example_input if example_input is not None
-                          else lambda: first_input(data))
+    example = example_input if example_input is not None else functools.cache(
+        lambda: first_input(data))  # drawn once, where a choice needs a batch to measure on
+    plan = precision_for_model(model, runtime.plan, cfg.speedups.precision, example,
+                               shared=rank0_value)
+    plan = apply_speedups(model, plan, example)
     remember_plan(model, plan)  # cpuft.report_plan(model) tells what this run chose
     o = cfg.optimization
     source = IterableBatches(data, seed=o.seed, max_batches=o.max_steps * o.grad_accum,

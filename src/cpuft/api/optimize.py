@@ -12,6 +12,7 @@ The loop runs its forward pass under ``with cpuft.autocast():``.
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from typing import Any, overload
 
@@ -22,17 +23,22 @@ from cpuft.api.checks import check_model, check_optimizer, validate_arguments
 from cpuft.api.optimizer import Bf16Optimizer, save_masters
 from cpuft.config import SpeedupConfig, TrainConfig
 from cpuft.config.sections import Attention, Precision
+from cpuft.distributed import rank0_value
 from cpuft.engine.step import autocast_for
 from cpuft.errors import CpuftError, CpuftTypeError
 from cpuft.runtime import preview, start
 from cpuft.speedplan.speed_plan import SpeedPlan
 from cpuft.speedups.bf16_weights import Bf16Weights, Bf16WeightsSpeedUp
+from cpuft.speedups.model_precision import precision_for_model
 from cpuft.speedups.registry import apply_speedups
 
 _PLANS: weakref.WeakKeyDictionary[nn.Module, SpeedPlan] = weakref.WeakKeyDictionary()
 """The plan of each optimized model."""
 _LATEST: list[SpeedPlan] = []
 """The plan of the model optimized last."""
+SWITCH = "CPUFT_OPTIMIZE"
+"""Set to 0, ``cpuft.optimize`` hands back what it was given and ``cpuft.autocast`` does
+nothing: a script's stock run, as ``cpuft bench --script`` measures it."""
 BF16_WEIGHTS = Bf16WeightsSpeedUp.name
 FUSABLE = (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD, torch.optim.Adagrad)
 
@@ -89,7 +95,8 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     wrapping the model in DDP). The model is patched in place. Use the optimizer returned: the
     one given, switched to torch's fused step, or, when the weights are held in bf16, the same
     class, groups and settings over their fp32 masters. Run the forward pass under
-    ``with cpuft.autocast():``.
+    ``with cpuft.autocast():``. With ``CPUFT_OPTIMIZE=0`` in the environment it changes
+    nothing and returns what it was given (the stock run ``cpuft bench --script`` compares).
 
     Args:
         model: the ``nn.Module`` to speed up, in place.
@@ -118,13 +125,17 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     check_model(model, "cpuft.optimize")
     if optimizer is not None:
         check_optimizer(optimizer, model, "cpuft.optimize")
+    if os.environ.get(SWITCH) == "0":
+        return model if optimizer is None else (model, optimizer)
     speedups = SpeedupConfig(precision=precision, bf16_weights=bf16_weights,
                              fast_dropout=fast_dropout, attention=attention,
                              fused_optimizer=fused_optimizer, channels_last=channels_last,
                              pin_cores=pin_cores, compile="off")
     cfg = TrainConfig(speedups=speedups)
     validate_arguments(cfg, "cpuft.optimize")
-    plan = apply_speedups(model, start(cfg, own_loop=True, join=False).plan, example_input)
+    plan = precision_for_model(model, start(cfg, own_loop=True, join=False).plan, precision,
+                               example_input, shared=rank0_value)
+    plan = apply_speedups(model, plan, example_input)
     plan, optimizer = _weights_and_optimizer(model, optimizer, plan)
     remember_plan(model, plan)
     return model if optimizer is None else (model, optimizer)
@@ -134,6 +145,11 @@ def remember_plan(model: nn.Module, plan: SpeedPlan) -> None:
     """What ``report_plan(model)`` and ``autocast(model)`` then read."""
     _PLANS[model] = plan
     _LATEST[:] = [plan]
+
+
+def latest_plan() -> dict[str, Any] | None:
+    """The plan of the model set up last, as ``report_plan`` gives it; None before any."""
+    return _LATEST[0].to_dict() if _LATEST else None
 
 
 def _precision_of(dtype: Any, precision: str) -> Precision:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from cpuft.bench.flops import executed_flops
 from cpuft.bench.measure import pace, peak_memory_mb, run_fields
 from cpuft.bench.profile import profile_steps
 from cpuft.bench.spec import example_path
@@ -139,13 +140,12 @@ def set_up(config: str, model: nn.Module, lr: float, weight_decay: float,
 
 def flops_per_sample(model: nn.Module, batch: Batch) -> float:
     """The FLOPs of one forward and backward pass, counted by torch, per sample."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     counted = copy.deepcopy(model)
-    with FlopCounterMode(display=False) as counter:
-        out = counted(batch[0])
-        nn.functional.cross_entropy(out.float(), batch[1]).backward()
-    return counter.get_total_flops() / len(batch[1])
+
+    def step() -> None:
+        nn.functional.cross_entropy(counted(batch[0]).float(), batch[1]).backward()
+
+    return executed_flops(step) / len(batch[1])
 
 
 def run_loop(spec: Any) -> dict[str, Any]:

@@ -28,6 +28,13 @@ examples/rnn_reviews.py on the review snippets) run a training loop of one's own
   plain-best    bf16 autocast where native and faster, fused AdamW, channels-last, threads set
   cpuft         the plain loop after cpuft.optimize, under cpuft.autocast
 and report the training loss over the last steps and where cpuft's step time goes.
+Your own script (--script train.py -- ARGS), unedited or with cpuft.optimize in it, runs as is
+on the same optimizer steps four ways, each timed after a warm-up and stopped once measured:
+  plain         python train.py (torchrun with --nproc-per-node), cpuft.optimize switched off
+  stock-flags   the same, one OpenMP thread a core and tcmalloc preloaded
+  cpuft-launch  cpuft launch: cpuft's process set-up, cpuft.optimize switched off
+  cpuft         cpuft launch with the script's cpuft.optimize acting; the report says what
+                each of its speed-ups did, or why not
 Reports samples/s, tokens/s, peak memory and validation accuracy of each, the machine's matmul
 FLOP/s and cpuft's model FLOPs utilisation. Speed-ups are ratios of tokens/s (tokens that are
 not padding), which stock-2021's random batches hold in other numbers. Writes bench.md,
@@ -59,6 +66,14 @@ def register(sub: Any) -> None:
                    help="run every configuration N times in turns and report the median of "
                         "the speed-ups (or, with --scaling, efficiencies) within a round (for "
                         "machines whose speed drifts)")
+    o = p.add_argument_group("your own training script")
+    o.add_argument("--script", default="", metavar="SCRIPT.py",
+                   help="bench this script; its arguments follow `--`")
+    o.add_argument("--warmup-steps", type=int, default=5,
+                   help="optimizer steps not timed (default: 5)")
+    o.add_argument("--nproc-per-node", type=int, default=1,
+                   help="processes the script runs on (default: 1)")
+    o.add_argument("script_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     s = p.add_argument_group("scaling (needs root: nodes are network namespaces here)")
     s.add_argument("--scaling", action="store_true",
                    help="1 node against 2 nodes on the same global batch, each node one core")
@@ -183,11 +198,51 @@ def check_args(args: argparse.Namespace) -> None:
     check_writable_dir(args.output_dir, "--output-dir")
 
 
+def run_script_cmd(args: argparse.Namespace) -> int:
+    from cpuft.bench.script import SCRIPT_CONFIGS, ScriptBench, check, run_script_bench
+    from cpuft.bench.script_report import (
+        SCRIPT_COLUMNS,
+        script_chart,
+        script_markdown,
+        script_rows,
+        script_verdicts,
+    )
+    from cpuft.cli.output import check_writable_dir, print_table
+    from cpuft.errors import CpuftError
+
+    if args.models or args.scaling or args.quick:
+        raise CpuftError("--script benches a script of your own: leave out --models, --quick "
+                         "and --scaling")
+    script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
+    configs = tuple(c.strip() for c in args.configs.split(",") if c.strip()) or SCRIPT_CONFIGS
+    bench = ScriptBench(script=args.script, args=tuple(script_args), configs=configs,
+                        nproc=args.nproc_per_node, warmup_steps=args.warmup_steps,
+                        steps=args.steps or 20, rounds=args.rounds)
+    check(bench)
+    check_writable_dir(args.output_dir, "--output-dir")
+    out = Path(args.output_dir)
+    report = run_script_bench(bench, out)
+    saved = save_outputs(out, {
+        "bench.md": lambda p: p.write_text(script_markdown(report)),
+        "bench.json": lambda p: p.write_text(json.dumps(report, indent=2) + "\n"),
+        "bench.png": lambda p: script_chart(report, p),
+    })
+    print_table(f"cpuft bench --script {report['script']}", SCRIPT_COLUMNS, script_rows(report),
+                script_verdicts(report), left=("configuration",))
+    return finish(report, saved)
+
+
 def run(args: argparse.Namespace) -> int:
     from cpuft.bench.report import COLUMNS, bar_chart, markdown, rows, verdicts
     from cpuft.bench.runner import BenchOptions, run_bench
     from cpuft.cli.output import print_table
+    from cpuft.errors import CpuftError
 
+    if args.script:
+        return run_script_cmd(args)
+    if args.script_args:
+        raise CpuftError(f"unexpected {' '.join(args.script_args)}: arguments after `--` are "
+                         "a --script's")
     check_args(args)
     if args.scaling:
         return run_scaling_cmd(args)

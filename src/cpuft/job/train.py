@@ -149,7 +149,9 @@ def _train(run: Run, out: Path, resume_from: Path | None, dist: DistContext | No
     speeds = _speeds(run, result, dist)
     if not main:
         return {}
-    evals = run.task.evaluate(run.task.model, run.plan)
+    known = last_validation(result)
+    evals = run.task.evaluate(run.task.model, run.plan,
+                              **({"validation": known} if known else {}))
     run.task.save(run.task.model, out)
     summary = _summary(run, out, result, speeds, evals, dist, resume_from)
     if begun is not None:
@@ -163,6 +165,17 @@ def _train(run: Run, out: Path, resume_from: Path | None, dist: DistContext | No
             LOG.info(f"the model is saved: {removed} checkpoint(s) removed (--save-total-limit "
                      "keeps them)")
     return summary
+
+
+def last_validation(result: FitResult) -> dict[str, float] | None:
+    """The validation scores of the evaluation at the last step, where the model ends as that
+    evaluation scored it (not replaced by a better one): the final evaluation reuses them."""
+    if not result.evaluations or result.evaluations[-1]["step"] != result.steps:
+        return None
+    if result.best is not None and result.best["step"] != result.steps:
+        return None
+    return {k.removeprefix("eval_"): v for k, v in result.evaluations[-1].items()
+            if k.startswith("eval_")}
 
 
 def _evaluation(run: Run) -> Evaluate | None:

@@ -32,8 +32,10 @@ class Task:
     train_samples: int
     batches: Callable[[SpeedPlan, int, int], BatchSource]
     """(plan, rank, world size) -> this rank's training batches."""
-    evaluate: Callable[[nn.Module, SpeedPlan], dict[str, Any]]
-    """(model, settled plan) -> summary.json's evaluation fields ('eval', 'test')."""
+    evaluate: Callable[..., dict[str, Any]]
+    """(model, settled plan) -> summary.json's evaluation fields ('eval', 'test'). A recipe
+    with ``validate`` also takes ``validation=``: the validation scores of an evaluation at the
+    last step, which the job passes where it has them, so that they are not taken twice."""
     best_metric: str = "loss"
     """The score that picks the best model where --metric-for-best-model names none."""
     save: Callable[[nn.Module, Path], None]

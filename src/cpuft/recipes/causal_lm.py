@@ -180,10 +180,12 @@ class CausalLmRecipe:
                     batch_size=cfg.optimization.eval_batch_size, precision=plan.precision)
             return found
 
-        def evaluate(trained: nn.Module, plan: SpeedPlan) -> dict[str, Any]:
-            return {key: scores(trained, plan, split)
-                    for split, key in (("validation", "eval"), ("test", "test"))
-                    if split in encoded}
+        def evaluate(trained: nn.Module, plan: SpeedPlan,
+                     validation: dict[str, float] | None = None) -> dict[str, Any]:
+            found = {key: scores(trained, plan, split)
+                     for split, key in (("validation", "eval"), ("test", "test"))
+                     if split in encoded and not (validation and key == "eval")}
+            return {"eval": validation, **found} if validation else found
 
         def save(trained: nn.Module, out: Path) -> None:
             trained.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]

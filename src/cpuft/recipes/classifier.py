@@ -106,8 +106,9 @@ class ClassifierRecipe:
                             precision=str(plan.precision), metrics=data.metrics,
                             regression=data.label_map.regression)
 
-        def evaluate_splits(trained: nn.Module, plan: SpeedPlan) -> dict[str, Any]:
-            return {"eval": scores(trained, plan, "validation"),
+        def evaluate_splits(trained: nn.Module, plan: SpeedPlan,
+                            validation: dict[str, float] | None = None) -> dict[str, Any]:
+            return {"eval": validation or scores(trained, plan, "validation"),
                     "test": scores(trained, plan, "test") if "test" in encoded else None}
 
         def save(trained: nn.Module, out: Path) -> None:

@@ -10,7 +10,6 @@ differ in which layout wins, and many refuse shapes they were not built for.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from cpuft.config import TrainConfig
 from cpuft.distributed import rank0_value
 from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchContext, SpeedUp, register, switch
+from cpuft.speedups.trial import pass_seconds, untouched
 from cpuft.topology import Topology
 
 MIN_GAIN = 1.05
@@ -29,15 +29,6 @@ MIN_GAIN = 1.05
 
 def _set_layout(model: nn.Module, fmt: torch.memory_format) -> None:
     model.to(memory_format=fmt)  # type: ignore[call-overload]
-
-
-def _pass_seconds(model: nn.Module, images: torch.Tensor, precision: str | None) -> float:
-    started = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-        out = model(images)
-    loss = (out if isinstance(out, torch.Tensor) else out[0]).float().sum()
-    loss.backward()
-    return time.perf_counter() - started
 
 
 def _own_value(gain: float) -> float | None:
@@ -63,33 +54,20 @@ def use_channels_last(model: nn.Module, example: torch.Tensor | None,
     if images.dim() != 4:
         return False, f"the example input has {images.dim()} dimensions, not an image batch's 4"
     shape = "x".join(str(n) for n in images.shape)
-    buffers = {name: b.clone() for name, b in model.named_buffers()}
-    grads = {name: p.grad for name, p in model.named_parameters()}
-    was_training = model.training
-    rng = torch.random.get_rng_state()  # dropout draws here must not shift the run's stream
-    model.train()
     seconds = {False: 0.0, True: 0.0}
     try:
-        for round_ in range(rounds + 1):  # round 0 warms both up
-            for last in (False, True):
-                fmt = torch.channels_last if last else torch.contiguous_format
-                _set_layout(model, fmt)
-                took = _pass_seconds(model, images.contiguous(memory_format=fmt), precision)
-                if round_:
-                    seconds[last] += took
-    except Exception as e:  # a model that cannot run the made-up batch: leave it as it was
+        with untouched(model):
+            for round_ in range(rounds + 1):  # round 0 warms both up
+                for last in (False, True):
+                    fmt = torch.channels_last if last else torch.contiguous_format
+                    _set_layout(model, fmt)
+                    took = pass_seconds(model, images.contiguous(memory_format=fmt), precision)
+                    if round_:
+                        seconds[last] += took
+    except Exception as e:  # a model that cannot run the batch: leave it as it was
         _set_layout(model, torch.contiguous_format)
         return False, (f"not measured: the model did not run forward and backward on the "
                        f"{shape} example ({type(e).__name__})")
-    finally:
-        torch.random.set_rng_state(rng)
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                if name in buffers:
-                    b.copy_(buffers[name])
-        for name, p in model.named_parameters():
-            p.grad = grads.get(name)
-        model.train(was_training)
     own_gain = seconds[False] / seconds[True] if seconds[True] else 0.0
     gain = shared(own_gain)
     if gain is None:

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 
 from cpuft.data.lm import IGNORE
 from cpuft.speedups.registry import PatchSpeedUp, register
+from cpuft.speedups.trial import evaluating, made_up_ids
 
 CHECK_TOLERANCE = 1e-4
 """Relative difference allowed between the patched and the stock loss in the check."""
@@ -70,28 +71,21 @@ def _counted_forward(self: Any, *args: Any, labels: torch.Tensor | None = None,
 
 def _agrees(model: nn.Module, inner: nn.Module, stock_forward: Any) -> str:
     """Why the patched loss differs from the stock one on a small made-up batch, or ''."""
-    vocab = int(getattr(inner.config, "vocab_size", 0) or 0)
-    if vocab < 2:
+    made_up = made_up_ids(inner.config, 8)
+    if made_up is None:
         return "the model's config has no vocab_size"
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (2, 8), generator=gen)
+    ids, mask = made_up
     labels = ids.clone()
     labels[0, :5] = IGNORE
     labels[1, :3] = IGNORE
-    mask = torch.ones_like(ids)
-    mask[1, 7] = 0
-    labels[1, 7] = IGNORE
-    was_training = model.training
-    model.eval()  # the same forward twice: dropout off
+    labels[mask == 0] = IGNORE
     try:
-        with torch.no_grad():
+        with evaluating(model):  # the same forward twice: dropout off
             stock = stock_forward(input_ids=ids, attention_mask=mask, labels=labels)
             inner.training = True  # the patched path is taken in training only
             ours = inner.forward(input_ids=ids, attention_mask=mask, labels=labels)
     except Exception as e:  # a model whose head cannot take a mask: keep the stock forward
         return f"the model's forward did not take a mask of positions ({type(e).__name__}: {e})"
-    finally:
-        model.train(was_training)
     a, b = float(stock.loss), float(ours.loss)
     if abs(a - b) > CHECK_TOLERANCE * max(abs(a), 1.0):
         return f"the loss over the kept positions ({b:.6f}) differs from the stock one ({a:.6f})"

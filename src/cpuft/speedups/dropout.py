@@ -158,8 +158,10 @@ class FastDropoutSpeedUp(SpeedUp):
     name = "fast_dropout"
 
     def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
-        swap_dropout(model)
-        return decision
+        count = swap_dropout(model)
+        if not count:
+            return Decision(False, "the model has no nn.Dropout layer with p > 0")
+        return Decision(True, f"{decision.reason}: {count} nn.Dropout layer(s) replaced")
 
 
 register(FastDropoutSpeedUp())

@@ -33,6 +33,7 @@ from torch import nn
 from cpuft.speedplan.choices import MATMUL_ATTENTION
 from cpuft.speedups.dropout import fast_dropout
 from cpuft.speedups.registry import PatchSpeedUp, register
+from cpuft.speedups.trial import evaluating, made_up_ids
 
 CHECK_TOLERANCE = 1e-4
 """Largest change of a logit, relative to the largest logit, that the checks take as none."""
@@ -202,13 +203,9 @@ def _layers(model: nn.Module) -> nn.ModuleList | None:
 
 def _probe_batch(model: nn.Module) -> dict[str, torch.Tensor] | None:
     """Two made-up sequences of 7 tokens, the second padded after 5."""
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    if not isinstance(vocab, int) or vocab < 8:
-        return None
-    ids = torch.randint(4, min(vocab, 1000), (2, 7), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones(2, 7, dtype=torch.long)
-    mask[1, 5:] = 0
-    return {"input_ids": ids, "attention_mask": mask}
+    made_up = made_up_ids(getattr(model, "config", None), 7)
+    return None if made_up is None else dict(zip(("input_ids", "attention_mask"), made_up,
+                                                 strict=True))
 
 
 def _logits(out: Any) -> torch.Tensor:
@@ -248,13 +245,8 @@ class _Probe:
         return seen[-1]
 
     def logits(self) -> torch.Tensor:
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                return _logits(self.model(**self.batch))
-        finally:
-            self.model.train(was_training)
+        with evaluating(self.model):
+            return _logits(self.model(**self.batch))
 
 
 @dataclass

@@ -191,3 +191,14 @@ def test_optimize_returns_what_ipex_returns_and_takes_its_dtype():
         cpuft.optimize(nn.Linear(4, 4), dtype=torch.float16)
     with pytest.raises(CpuftError, match="disagree"):
         cpuft.optimize(nn.Linear(4, 4), dtype=torch.bfloat16, precision="fp32")
+
+
+def test_cpuft_optimize_switched_off_hands_back_what_it_was_given(monkeypatch):
+    monkeypatch.setenv("CPUFT_OPTIMIZE", "0")
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    got_model, got_optimizer = cpuft.optimize(model, optimizer)
+    assert got_model is model and got_optimizer is optimizer
+    assert type(model[1]) is nn.Dropout and not optimizer.defaults.get("fused")
+    with cpuft.autocast(model):  # no plan for this model: nothing is cast
+        assert model(torch.randn(2, 4)).dtype == torch.float32

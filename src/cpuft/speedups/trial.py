@@ -1,0 +1,73 @@
+"""Trial passes that measure a model before a choice is made (its layout, its precision), and
+leave it as they found it."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@contextlib.contextmanager
+def untouched(model: nn.Module) -> Iterator[None]:
+    """Train-mode passes inside leave ``model``'s buffers (BatchNorm statistics), gradients and
+    mode as they were, and torch's random stream where it was (dropout draws in a trial must not
+    shift the run's)."""
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    was_training = model.training
+    rng = torch.random.get_rng_state()
+    model.train()
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(rng)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+        for name, p in model.named_parameters():
+            p.grad = grads.get(name)
+        model.train(was_training)
+
+
+def pass_seconds(model: nn.Module, inputs: Any, precision: str | None) -> float:
+    """Seconds of one forward and backward pass on ``inputs`` (a tensor), bf16 autocast where
+    ``precision`` is bf16, the output's sum as the loss."""
+    started = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        out = model(inputs)
+    loss = (out if isinstance(out, torch.Tensor) else out[0]).float().sum()
+    loss.backward()
+    return time.perf_counter() - started
+
+
+def made_up_ids(config: Any, length: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Two made-up rows of ``length`` token ids for a model of ``config`` (None where it has no
+    vocabulary), and their attention mask: the second row padded over its last two positions.
+    The ids come from a generator of their own, so torch's random stream is not moved."""
+    vocab = getattr(config, "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 8:
+        return None
+    ids = torch.randint(4, min(vocab, 1000), (2, length),
+                        generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1, length - 2:] = 0
+    return ids, mask
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """Passes inside run in eval mode (dropout off, so that two passes agree) without
+    gradients; the model's mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
