@@ -47,6 +47,8 @@ class FitSettings(TypedDict, total=False):
     sparse_embeddings: bool
     first_token_layer: bool
     counted_logits: bool
+    fused_gelu: bool
+    relative_span: bool
     channels_last: bool
     bf16_weights: bool
     threads: int

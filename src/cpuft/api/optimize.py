@@ -105,9 +105,12 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
             ``precision="bf16"`` or ``"fp32"``.
         precision: ``"auto"`` (bf16 where the CPU has it natively and it measures faster),
             ``"bf16"`` or ``"fp32"``.
-        example_input: an image batch for a convolutional network, to measure channels-last
-            on (a made-up 64 x 64 batch otherwise). In a job of several ranks, rank 0's
-            measurement sets every rank's layout: call ``cpuft.distributed.init()`` first.
+        example_input: a batch of the model's input to measure on: images for channels-last,
+            a float batch for whether bf16 pays on a small model, token ids for the attention
+            kernel at their length. Without one, channels-last is not used, a model under 1M
+            weights keeps fp32 and attention follows a length rule. In a job of several
+            ranks, rank 0's measurement decides for every rank: call
+            ``cpuft.distributed.init()`` first.
         bf16_weights, fast_dropout, attention, channels_last, fused_optimizer, pin_cores: each
             speed-up's switch, as ``cpuft train`` has them.
 
@@ -135,7 +138,9 @@ def optimize(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *
     validate_arguments(cfg, "cpuft.optimize")
     plan = precision_for_model(model, start(cfg, own_loop=True, join=False).plan, precision,
                                example_input, shared=rank0_value)
-    plan = apply_speedups(model, plan, example_input)
+    ids = example_input is not None and not example_input.is_floating_point()
+    length = int(example_input.shape[-1]) if example_input is not None and ids else 0
+    plan = apply_speedups(model, plan, example_input, sequence_length=length)
     plan, optimizer = _weights_and_optimizer(model, optimizer, plan)
     remember_plan(model, plan)
     return model if optimizer is None else (model, optimizer)

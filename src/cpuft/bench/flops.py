@@ -1,7 +1,8 @@
 """What a bench's FLOP figures count, and the peak they are divided by (docs/benchmarking.md).
 
 - nominal: the model's FLOPs by the usual count, 6 x non-embedding parameters x real tokens
-  plus attention, whatever a way of training skips or adds;
+  plus attention, whatever a way of training skips or adds; a weight that a forward pass uses
+  several times (a shared layer) counts each time;
 - executed: what one training step really runs, counted by torch (``FlopCounterMode``) on one
   batch as that way trains it, padding and cpuft's skipped work included;
 - the peak: the best of several timings of matmuls at the square shape and at the model's own
@@ -12,17 +13,46 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
+from cpuft.speedups.trial import evaluating, made_up_ids
+
+
+def weight_uses(model: nn.Module) -> int:
+    """Non-embedding weights, each counted as often as a forward pass uses it: a layer whose
+    weights are shared by the whole stack (ALBERT's) counts once a position. Counted on a
+    made-up batch, by hooks on each module that holds weights of its own; where the model does
+    not run on one, each weight counts once."""
+    own = {m: sum(p.numel() for p in m.parameters(recurse=False))
+           for name, m in model.named_modules() if "embeddings" not in name}
+    own = {m: n for m, n in own.items() if n}
+    once = sum(own.values())
+    made_up = made_up_ids(getattr(model, "config", None), 8)
+    if made_up is None:
+        return once
+    calls: Counter[nn.Module] = Counter()
+    hooks = [m.register_forward_hook(lambda m, _a, _o: calls.update([m])) for m in own]
+    try:
+        with evaluating(model):
+            model(input_ids=made_up[0], attention_mask=made_up[1])
+    except Exception:  # a model that takes other inputs
+        return once
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return sum(n * calls[m] for m, n in own.items())
+
 
 def nominal_flops_per_sample(model: Any, mean_tokens: float) -> float:
     """Training FLOPs for one sample of ``mean_tokens`` real tokens: 6 x non-embedding
-    parameters x tokens, plus attention's 12 x layers x width x tokens^2."""
-    params = sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
+    weights (as often as a forward uses each) x tokens, plus attention's 12 x layers x width x
+    tokens^2."""
+    params = weight_uses(model)
     cfg = model.config
     attention = 12 * cfg.num_hidden_layers * cfg.hidden_size * mean_tokens**2
     return float(6 * params * mean_tokens + attention)

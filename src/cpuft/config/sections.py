@@ -206,6 +206,12 @@ class SpeedupConfig:
     counted_logits: bool = True
     """For causal LMs, project onto the vocabulary only the positions whose next token counts
     in the loss (a response's, not its prompt's); the loss and gradients are unchanged."""
+    fused_gelu: bool = True
+    """Where a module computes GELU's tanh approximation op by op (checked by running it), use
+    torch's fused kernel: the same formula in one pass."""
+    relative_span: bool = True
+    """For disentangled relative attention (DeBERTa's), project only the relative positions a
+    batch's length reaches, not the whole span; the output is unchanged (checked)."""
     channels_last: bool = True
     """For convolutional networks, the channels-last memory format where a measurement finds it
     faster."""

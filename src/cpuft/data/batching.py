@@ -104,6 +104,15 @@ class TokenBatches:
         # A last global batch too small to give every rank a sample is dropped on all ranks.
         return [b for b in plan if len(b) >= self.world_size]
 
+    def padded_length(self) -> int:
+        """The length the first epoch's batches are padded to, their median: the longest row's
+        of each, or the collator's fixed length."""
+        fixed = int(getattr(self.collator, "fixed_length", 0) or 0)
+        if fixed:
+            return fixed
+        longest = sorted(max(self._lengths[i] for i in b) for b in self._plan(0) if b)
+        return longest[len(longest) // 2] if longest else 0
+
     def num_batches(self, epoch: int) -> int:
         if self.world_size == 1:
             return -(-len(self.data) // self.batch_size)

@@ -111,9 +111,11 @@ def build_run(cfg: TrainConfig, plan: SpeedPlan, *, recipe: Recipe | None = None
     recipe = recipe or get_recipe(cfg.model.recipe)
     task = recipe.load(cfg)
     cfg = task.cfg
-    plan = apply_speedups(task.model, plan)
     rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
-    source = task.batches(plan, rank, world)
+    source = task.batches(plan, rank, world)  # its padding is the plan's, not a speed-up's
+    padded = getattr(source, "padded_length", None)
+    plan = apply_speedups(task.model, plan, sequence_length=padded() if callable(padded)
+                          else cfg.data.max_seq_length)
     o = cfg.optimization
     steps_per_epoch = math.ceil(source.num_batches(0) / o.grad_accum)
     if o.max_steps == 0 and not math.isfinite(o.epochs):

@@ -6,6 +6,9 @@ whose backward dominates there (docs/speedups.md: attention).
 
 from __future__ import annotations
 
+import functools
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -59,6 +62,60 @@ def register_attention() -> str:
     return MATMUL_ATTENTION
 
 
+def _pass_seconds(attend: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor, mask: torch.Tensor) -> float:
+    started = time.perf_counter()
+    attend(q, k, v, mask).sum().backward()
+    return time.perf_counter() - started
+
+
+@functools.lru_cache(maxsize=32)
+def matmul_attention_gain(heads: int, head_dim: int, length: int, dtype: torch.dtype,
+                          batch: int = 8, rounds: int = 3) -> float:
+    """How many times faster cpuft's matmul attention runs forward and backward than torch's
+    sdpa, on ``batch`` made-up sequences of ``length`` tokens with a padding mask, in turns."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, length, head_dim, generator=g).to(dtype)
+               .requires_grad_() for _ in range(3))
+    mask = torch.zeros(batch, 1, length, length, dtype=dtype)
+    stub = nn.Module()
+
+    def matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor) -> torch.Tensor:
+        return eager_attention(stub, q, k, v, mask)[0]
+
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             mask: torch.Tensor) -> torch.Tensor:
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    seconds = {"matmul": 0.0, "sdpa": 0.0}
+    for round_ in range(rounds + 1):  # round 0 warms both up
+        for name, attend in (("matmul", matmul), ("sdpa", sdpa)):
+            took = _pass_seconds(attend, q, k, v, mask)
+            if round_:
+                seconds[name] += took
+    return seconds["sdpa"] / seconds["matmul"] if seconds["matmul"] else 1.0
+
+
+def measured_choice(model: Any, attention: str, length: int, precision: str | None,
+                    rule: tuple[str, str]) -> tuple[str, str]:
+    """Matmul attention or the model's own (sdpa), whichever ran faster at ``length`` tokens
+    with the model's heads; ``rule`` (the length rule's choice) where they cannot be timed."""
+    cfg = getattr(model, "config", None)
+    heads, hidden = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
+    if not isinstance(heads, int) or not isinstance(hidden, int) or heads < 1:
+        return rule
+    head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    gain = matmul_attention_gain(heads, int(head_dim), length, dtype)
+    matmul = attention if attention != "default" else MATMUL_ATTENTION
+    where = (f"measured at {length} tokens, {heads} heads of {head_dim}: matmul attention ran "
+             f"{gain:.2f}x sdpa's speed forward and backward")
+    if gain >= 1:
+        return matmul, f"auto: {where}"
+    return "default", f"auto: {where}: the model's own (sdpa)"
+
+
 class AttentionSpeedUp(SpeedUp):
     """The attention kernel: its value is the implementation the model runs."""
 
@@ -70,6 +127,9 @@ class AttentionSpeedUp(SpeedUp):
 
     def apply(self, model: Any, decision: Decision, ctx: PatchContext) -> Decision:
         attention, reason = str(decision.value), decision.reason
+        if reason.startswith("auto") and ctx.sequence_length:
+            attention, reason = measured_choice(model, attention, ctx.sequence_length,
+                                                ctx.precision, (attention, reason))
         if attention == MATMUL_ATTENTION:
             register_attention()
         if attention != "default":

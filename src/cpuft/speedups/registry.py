@@ -21,7 +21,8 @@ from cpuft.topology import Topology
 
 BUILT_IN = {"fast_dropout": "dropout", "attention": "attention",
             "sparse_embeddings": "sparse_embeddings", "first_token_layer": "first_token",
-            "counted_logits": "counted_logits", "channels_last": "channels_last",
+            "counted_logits": "counted_logits", "fused_gelu": "fused_gelu",
+            "relative_span": "relative_span", "channels_last": "channels_last",
             "bf16_weights": "bf16_weights"}
 """cpuft's own speed-ups and the modules that register them, in the order they patch a
 model."""
@@ -36,6 +37,9 @@ class PatchContext:
     example_input: Any = None
     """An input batch to measure on (channels-last), or a function that gives one (drawn only
     where a speed-up needs it); None: there is none."""
+    sequence_length: int = 0
+    """The length the run's batches are padded to (their median), to measure attention at;
+    0: not known."""
 
     def example(self) -> Any:
         return self.example_input() if callable(self.example_input) else self.example_input
@@ -101,10 +105,12 @@ def decide(cfg: TrainConfig, topo: Topology, *, own_loop: bool = False) -> dict[
                    else s.decide(cfg, topo)) for name, s in registered().items()}
 
 
-def apply_speedups(model: Any, plan: SpeedPlan, example_input: Any = None) -> SpeedPlan:
+def apply_speedups(model: Any, plan: SpeedPlan, example_input: Any = None,
+                   sequence_length: int = 0) -> SpeedPlan:
     """Apply each speed-up the plan has on, in order; the plan with what the model really runs
     and why each patch that could not apply did not."""
-    ctx = PatchContext(precision=plan.precision, example_input=example_input)
+    ctx = PatchContext(precision=plan.precision, example_input=example_input,
+                       sequence_length=sequence_length)
     speedups = registered()
     applied = {name: speedups[name].apply(model, d, ctx) if d.on else d
                for name, d in plan.speedups.items()}

@@ -331,3 +331,21 @@ def test_many_models_wrap_onto_rows(tmp_path):
     bar_chart(report, tmp_path / "bench.png")
     height, width, _ = matplotlib.image.imread(tmp_path / "bench.png").shape
     assert (height, width) == (2 * 4 * 110, 4 * 5 * 110)  # 4 panels a row, then a second row
+
+
+def test_a_shared_layer_counts_once_for_each_position_in_the_stack():
+    import torch
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    from cpuft.bench.flops import weight_uses
+
+    torch.manual_seed(0)
+    model = AlbertForSequenceClassification(AlbertConfig(
+        vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+        num_attention_heads=2, intermediate_size=64))
+    shared = sum(p.numel() for p in model.albert.encoder.albert_layer_groups.parameters())
+    others = sum(p.numel() for n, p in model.named_parameters()
+                 if "embeddings" not in n and "albert_layer_groups" not in n)
+    model.train()
+    assert weight_uses(model) == 3 * shared + others
+    assert model.training  # the counting pass left the mode as it was

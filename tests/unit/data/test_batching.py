@@ -45,3 +45,12 @@ def test_token_batches_resume_position():
     full = [b["input_ids"].tolist() for b in src.iterate(0)]
     assert [b["input_ids"].tolist() for b in src.iterate(0, start=2)] == full[2:]
     assert src.num_batches(0) == 5
+
+
+def test_the_padded_length_is_the_median_batchs_width():
+    data = Encoded(input_ids=[[1] * (i % 5 + 1) for i in range(20)], labels=[0] * 20)
+    src = TokenBatches(data, Collator(pad_id=0), batch_size=4, seed=3)
+    widths = sorted(b["input_ids"].shape[1] for b in src.iterate(0))
+    assert src.padded_length() == widths[len(widths) // 2]
+    fixed = TokenBatches(data, Collator(pad_id=0, fixed_length=64), batch_size=4, seed=3)
+    assert fixed.padded_length() == 64

@@ -1,0 +1,43 @@
+"""Attention at fine-tuning lengths: matmul attention where it measures faster, the model's own
+(sdpa) elsewhere."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cpuft.speedups import attention
+from cpuft.speedups.attention import matmul_attention_gain, measured_choice
+
+MODEL = SimpleNamespace(config=SimpleNamespace(num_attention_heads=12, hidden_size=768))
+RULE = ("cpuft_eager", "auto: sequences of at most 128 tokens ...")
+
+
+@pytest.mark.parametrize("gain, rule_choice, chosen", [
+    (1.3, "cpuft_eager", "cpuft_eager"),
+    (0.8, "cpuft_eager", "default"),
+    (1.1, "default", "cpuft_eager"),  # past the length rule, yet matmul measured faster
+    (1.1, "eager", "eager"),  # --no-fast-dropout's matmul attention stays torch's eager
+])
+def test_the_faster_attention_is_chosen(monkeypatch, gain, rule_choice, chosen):
+    seen = []
+    monkeypatch.setattr(attention, "matmul_attention_gain",
+                        lambda *shape: seen.append(shape) or gain)
+    value, reason = measured_choice(MODEL, rule_choice, 128, "bf16", RULE)
+    assert value == chosen and seen == [(12, 64, 128, torch.bfloat16)]
+    assert reason.startswith(f"auto: measured at 128 tokens, 12 heads of 64: matmul attention "
+                             f"ran {gain:.2f}x sdpa's speed forward and backward")
+
+
+def test_a_model_without_heads_keeps_the_length_rule():
+    assert measured_choice(SimpleNamespace(), "cpuft_eager", 128, "fp32", RULE) == RULE
+
+
+def test_the_measurement_runs_both_kernels():
+    torch.manual_seed(5)
+    expected = torch.rand(2)
+    torch.manual_seed(5)
+    assert matmul_attention_gain(2, 8, 16, torch.float32, batch=2, rounds=1) > 0
+    assert torch.equal(torch.rand(2), expected)  # its inputs came from a generator of its own
