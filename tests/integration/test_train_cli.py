@@ -1,8 +1,8 @@
 """The train command end to end on a tiny random-init BERT: train, resume, errors."""
 
 import json
-import re
 import math
+import re
 import subprocess
 import sys
 
@@ -199,5 +199,5 @@ def test_a_classifier_trains_and_evaluates_on_seeded_subsets(tiny_model, data_fi
     assert runs[0]["eval"] == runs[1]["eval"]
     assert runs[0]["eval"]["accuracy"] in (0.0, 1 / 3, 2 / 3, 1.0)  # three samples scored
     # the attention kernel was timed at the length of the run's batches, with the model's heads
-    assert re.match(r"auto: measured at \d+ tokens, 2 heads of 16: matmul attention ran ",
+    assert re.match(r"auto: measured at \d+ tokens, 2 heads of 16, dropout 0.1: matmul ",
                     runs[0]["speedups"]["attention_reason"]), runs[0]["speedups"]

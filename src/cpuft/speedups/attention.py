@@ -71,9 +71,20 @@ def _pass_seconds(attend: Callable[..., torch.Tensor], q: torch.Tensor, k: torch
 
 @functools.lru_cache(maxsize=32)
 def matmul_attention_gain(heads: int, head_dim: int, length: int, dtype: torch.dtype,
-                          batch: int = 8, rounds: int = 3) -> float:
+                          dropout: float = 0.0, batch: int = 8, rounds: int = 3) -> float:
     """How many times faster cpuft's matmul attention runs forward and backward than torch's
-    sdpa, on ``batch`` made-up sequences of ``length`` tokens with a padding mask, in turns."""
+    sdpa, on ``batch`` made-up sequences of ``length`` tokens with a padding mask and the
+    model's attention ``dropout`` (with it, torch's CPU sdpa leaves its fused kernel), in
+    turns. torch's random stream is left where it was."""
+    rng = torch.random.get_rng_state()
+    try:
+        return _gain(heads, head_dim, length, dtype, dropout, batch, rounds)
+    finally:
+        torch.random.set_rng_state(rng)
+
+
+def _gain(heads: int, head_dim: int, length: int, dtype: torch.dtype, dropout: float,
+          batch: int, rounds: int) -> float:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(batch, heads, length, head_dim, generator=g).to(dtype)
                .requires_grad_() for _ in range(3))
@@ -82,11 +93,12 @@ def matmul_attention_gain(heads: int, head_dim: int, length: int, dtype: torch.d
 
     def matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                mask: torch.Tensor) -> torch.Tensor:
-        return eager_attention(stub, q, k, v, mask)[0]
+        return eager_attention(stub, q, k, v, mask, dropout=dropout)[0]
 
     def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              mask: torch.Tensor) -> torch.Tensor:
-        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                          dropout_p=dropout)
 
     seconds = {"matmul": 0.0, "sdpa": 0.0}
     for round_ in range(rounds + 1):  # round 0 warms both up
@@ -107,10 +119,13 @@ def measured_choice(model: Any, attention: str, length: int, precision: str | No
         return rule
     head_dim = getattr(cfg, "head_dim", None) or hidden // heads
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    gain = matmul_attention_gain(heads, int(head_dim), length, dtype)
+    dropout = next((float(p) for p in (getattr(cfg, "attention_probs_dropout_prob", None),
+                                       getattr(cfg, "attention_dropout", None))
+                    if isinstance(p, (int, float))), 0.0)
+    gain = matmul_attention_gain(heads, int(head_dim), length, dtype, dropout)
     matmul = attention if attention != "default" else MATMUL_ATTENTION
-    where = (f"measured at {length} tokens, {heads} heads of {head_dim}: matmul attention ran "
-             f"{gain:.2f}x sdpa's speed forward and backward")
+    where = (f"measured at {length} tokens, {heads} heads of {head_dim}, dropout {dropout:g}: "
+             f"matmul attention ran {gain:.2f}x sdpa's speed forward and backward")
     if gain >= 1:
         return matmul, f"auto: {where}"
     return "default", f"auto: {where}: the model's own (sdpa)"

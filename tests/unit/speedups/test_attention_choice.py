@@ -11,7 +11,8 @@ import torch
 from cpuft.speedups import attention
 from cpuft.speedups.attention import matmul_attention_gain, measured_choice
 
-MODEL = SimpleNamespace(config=SimpleNamespace(num_attention_heads=12, hidden_size=768))
+MODEL = SimpleNamespace(config=SimpleNamespace(num_attention_heads=12, hidden_size=768,
+                                               attention_probs_dropout_prob=0.1))
 RULE = ("cpuft_eager", "auto: sequences of at most 128 tokens ...")
 
 
@@ -26,9 +27,10 @@ def test_the_faster_attention_is_chosen(monkeypatch, gain, rule_choice, chosen):
     monkeypatch.setattr(attention, "matmul_attention_gain",
                         lambda *shape: seen.append(shape) or gain)
     value, reason = measured_choice(MODEL, rule_choice, 128, "bf16", RULE)
-    assert value == chosen and seen == [(12, 64, 128, torch.bfloat16)]
-    assert reason.startswith(f"auto: measured at 128 tokens, 12 heads of 64: matmul attention "
-                             f"ran {gain:.2f}x sdpa's speed forward and backward")
+    assert value == chosen and seen == [(12, 64, 128, torch.bfloat16, 0.1)]
+    assert reason.startswith(f"auto: measured at 128 tokens, 12 heads of 64, dropout 0.1: "
+                             f"matmul attention ran {gain:.2f}x sdpa's speed forward and "
+                             "backward")
 
 
 def test_a_model_without_heads_keeps_the_length_rule():
@@ -39,5 +41,5 @@ def test_the_measurement_runs_both_kernels():
     torch.manual_seed(5)
     expected = torch.rand(2)
     torch.manual_seed(5)
-    assert matmul_attention_gain(2, 8, 16, torch.float32, batch=2, rounds=1) > 0
-    assert torch.equal(torch.rand(2), expected)  # its inputs came from a generator of its own
+    assert matmul_attention_gain(2, 8, 16, torch.float32, 0.1, batch=2, rounds=1) > 0
+    assert torch.equal(torch.rand(2), expected)  # its dropout draws left the stream as it was
