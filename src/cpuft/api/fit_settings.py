@@ -49,6 +49,7 @@ class FitSettings(TypedDict, total=False):
     counted_logits: bool
     fused_gelu: bool
     relative_span: bool
+    dynamic_conv: bool
     channels_last: bool
     bf16_weights: bool
     threads: int

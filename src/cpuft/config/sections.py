@@ -212,6 +212,9 @@ class SpeedupConfig:
     relative_span: bool = True
     """For disentangled relative attention (DeBERTa's), project only the relative positions a
     batch's length reaches, not the whole span; the output is unchanged (checked)."""
+    dynamic_conv: bool = True
+    """For mixed attention with dynamic convolution heads (ConvBERT's), apply each position's
+    kernel as shifted sums rather than gathered windows; the output is unchanged (checked)."""
     channels_last: bool = True
     """For convolutional networks, the channels-last memory format where a measurement finds it
     faster."""

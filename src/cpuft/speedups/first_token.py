@@ -21,6 +21,7 @@ batch of 32 in place of ~510 for the two projections of every token.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import types
 from collections.abc import Callable
@@ -31,6 +32,7 @@ import torch
 from torch import nn
 
 from cpuft.speedplan.choices import MATMUL_ATTENTION
+from cpuft.speedups import dynamic_conv
 from cpuft.speedups.dropout import fast_dropout
 from cpuft.speedups.registry import PatchSpeedUp, register
 from cpuft.speedups.trial import evaluating, made_up_ids
@@ -70,6 +72,9 @@ class Form:
     takes: tuple[str, ...] = ("attention_mask",)
     """The layer's tensor arguments besides its input that this form reads: one it is given
     and would not read (rotary positions, say) means the form does other sums."""
+    more_heads: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """Heads of another kind, their first-position context (batch, 1, width) from the layer's
+    input, placed after the attention's."""
 
 
 def _attention(module: Any, names: tuple[str, str, str], heads: int, scaling: float | None,
@@ -158,7 +163,24 @@ def _relative_form(layer: Any) -> Form | None:
                 takes=("attention_mask", "position_bias"))
 
 
-FORMS = (_bert_form, _lin_form, _relative_form)
+def _mixed_form(layer: Any) -> Form | None:
+    """BERT's layout with half the heads dynamic convolutions over a span (ConvBERT's): the
+    first position's span reaches only the tokens after it within half the kernel."""
+    sa: Any = getattr(getattr(layer, "attention", None), "self", None)
+    bert = _bert_form(layer)
+    if bert is None or not dynamic_conv.serves(sa):
+        return None
+    near = (sa.conv_kernel_size - 1) // 2 + 1
+
+    def conv(hidden_states: torch.Tensor) -> torch.Tensor:
+        span = hidden_states[:, :near]
+        return dynamic_conv.conv_heads(sa, span, sa.query(span))[:, :1].flatten(2)
+
+    return dataclasses.replace(bert, name="query/key/value beside dynamic convolution heads",
+                               more_heads=conv)
+
+
+FORMS = (_mixed_form, _bert_form, _lin_form, _relative_form)
 """The layouts served, each recognised by its parts."""
 
 
@@ -349,7 +371,7 @@ def use_first_token_layer(model: nn.Module) -> str:
     layer.forward = types.MethodType(_forward_for(form, call.as_tuple), layer)
     try:
         moved = _moved(before, probe.first_output(layer))
-    except Exception as e:  # parts of the layout's names that do other sums (ConvBERT)
+    except Exception as e:  # parts of the layout's names that do other sums
         del layer.forward
         return (f"the last layer, taken as {form.name}, did not run ({type(e).__name__}: "
                 f"{str(e).splitlines()[0][:80]}): not served")
@@ -367,6 +389,8 @@ def _forward_for(form: Form, as_tuple: bool) -> Callable[..., Any]:
         """The layer's output at the first position alone, (batch, 1, hidden)."""
         context = first_token_attention(form.attention, hidden_states, attention_mask,
                                         form.bias(args, kwargs))
+        if form.more_heads is not None:
+            context = torch.cat([context, form.more_heads(hidden_states).to(context.dtype)], -1)
         out = form.finish(context, hidden_states[:, :1])
         return (out,) if as_tuple else out
 

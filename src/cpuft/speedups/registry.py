@@ -22,8 +22,8 @@ from cpuft.topology import Topology
 BUILT_IN = {"fast_dropout": "dropout", "attention": "attention",
             "sparse_embeddings": "sparse_embeddings", "first_token_layer": "first_token",
             "counted_logits": "counted_logits", "fused_gelu": "fused_gelu",
-            "relative_span": "relative_span", "channels_last": "channels_last",
-            "bf16_weights": "bf16_weights"}
+            "relative_span": "relative_span", "dynamic_conv": "dynamic_conv",
+            "channels_last": "channels_last", "bf16_weights": "bf16_weights"}
 """cpuft's own speed-ups and the modules that register them, in the order they patch a
 model."""
 _REGISTRY: dict[str, SpeedUp] = {}

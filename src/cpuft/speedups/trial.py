@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -71,3 +71,40 @@ def evaluating(model: nn.Module) -> Iterator[None]:
             yield
     finally:
         model.train(was_training)
+
+
+def _output_on(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    with evaluating(model):
+        out = model(input_ids=batch[0], attention_mask=batch[1])
+    found = getattr(out, "logits", None)
+    if found is None:
+        found = getattr(out, "last_hidden_state", None)
+    if not isinstance(found, torch.Tensor):
+        raise TypeError(f"the model gave {type(out).__name__}: no logits to compare")
+    return found.float()
+
+
+def kept_if_unchanged(model: nn.Module, patch: Callable[[], None], undo: Callable[[], None],
+                      tolerance: float = 1e-4) -> str:
+    """Run ``patch`` and keep it where ``model``'s output on made-up token ids moves by no more
+    than ``tolerance`` (relative to its largest value); else run ``undo``. '' where kept, else
+    why not."""
+    batch = made_up_ids(getattr(model, "config", None), 7)
+    if batch is None:
+        return "the model has no vocabulary to check the patch on"
+    try:
+        before = _output_on(model, batch)
+    except Exception as e:
+        return f"the model did not run on a made-up batch ({type(e).__name__})"
+    patch()
+    try:
+        after = _output_on(model, batch)
+        moved = float((after - before).abs().max() / before.abs().max().clamp_min(1e-6))
+    except Exception as e:  # a form that only looks like the one served
+        moved, why = float("inf"), f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+    else:
+        why = f"its output moved by {moved:.1e}"
+    if moved > tolerance:
+        undo()
+        return f"patched, the model did not give the same output ({why})"
+    return ""

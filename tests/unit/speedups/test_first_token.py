@@ -9,6 +9,8 @@ from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
+    ConvBertConfig,
+    ConvBertForSequenceClassification,
     DistilBertConfig,
     DistilBertForSequenceClassification,
     ElectraConfig,
@@ -56,6 +58,9 @@ def build(family: str) -> nn.Module:
         return ErnieForSequenceClassification(ErnieConfig(**SMALL))
     if family == "mpnet":
         return MPNetForSequenceClassification(MPNetConfig(**SMALL, pad_token_id=1))
+    if family == "convbert":  # a kernel of 5: the first token's span reaches 2 tokens on
+        return ConvBertForSequenceClassification(ConvBertConfig(**SMALL, embedding_size=32,
+                                                                conv_kernel_size=5))
     if family == "distilbert":
         return DistilBertForSequenceClassification(DistilBertConfig(
             vocab_size=60, dim=32, n_layers=3, n_heads=4, hidden_dim=64, dropout=0.0,
@@ -63,18 +68,19 @@ def build(family: str) -> nn.Module:
     raise ValueError(family)
 
 
-FAMILIES = ["bert", "roberta", "electra", "ernie", "mpnet", "distilbert"]
+FAMILIES = ["bert", "roberta", "electra", "ernie", "mpnet", "distilbert", "convbert"]
+OWN_ATTENTION = ("mpnet", "convbert")
+"""Families that compute their attention themselves, not through transformers' interface."""
 
 
 @pytest.mark.parametrize("family, attention", [
     (family, attention) for family in FAMILIES
-    # MPNet computes its attention itself, not through transformers' interface
-    for attention in (["eager"] if family == "mpnet" else ["eager", "sdpa", "cpuft_eager"])])
+    for attention in (["eager"] if family in OWN_ATTENTION else ["eager", "sdpa", "cpuft_eager"])])
 def test_first_token_layer_gives_the_same_loss_and_gradients(attention, family):
     register_attention()
     torch.manual_seed(0)
     full = build(family)
-    if family != "mpnet":
+    if family not in OWN_ATTENTION:
         full.set_attn_implementation(attention)
     full.train()
     cut = copy.deepcopy(full)
@@ -107,7 +113,7 @@ def test_the_last_layer_really_runs_on_one_position():
     assert seen == [torch.Size([4, 1, 64])]
 
 
-def test_models_whose_head_reads_more_than_the_first_token_are_left_alone():
+def test_models_whose_head_reads_more_than_the_first_token_are_left_alone(monkeypatch):
     masked_lm = BertForMaskedLM(BertConfig(**SMALL))
     assert use_first_token_layer(masked_lm) == \
         "the head reads more of the last layer than its first position"
@@ -121,17 +127,15 @@ def test_models_whose_head_reads_more_than_the_first_token_are_left_alone():
     # ALBERT runs one shared layer again and again: it is named, not served.
     albert = AlbertForSequenceClassification(AlbertConfig(**SMALL, embedding_size=16))
     assert "runs 3 times a forward pass" in use_first_token_layer(albert)
-    # ConvBERT's attention is BERT's by its names, but mixes in convolutions: it does not run
-    # the first-token way; RoFormer's rotates its queries and keys: other logits. Both are
-    # named and undone.
-    from transformers import (
-        ConvBertConfig,
-        ConvBertForSequenceClassification,
-        RoFormerConfig,
-        RoFormerForSequenceClassification,
-    )
+    # ConvBERT's attention, its convolution heads unseen, is BERT's by its names, but its
+    # context is twice as wide: it does not run the first-token way; RoFormer's rotates its
+    # queries and keys: other logits. Both are named and undone.
+    from transformers import RoFormerConfig, RoFormerForSequenceClassification
 
-    convbert = ConvBertForSequenceClassification(ConvBertConfig(**SMALL, embedding_size=32))
+    from cpuft.speedups import first_token
+
+    monkeypatch.setattr(first_token.dynamic_conv, "serves", lambda module: False)
+    convbert = build("convbert")
     assert "taken as query/key/value with an output block, did not run" in \
         use_first_token_layer(convbert)
     roformer = RoFormerForSequenceClassification(RoFormerConfig(**SMALL, embedding_size=32))

@@ -64,6 +64,6 @@ def test_a_bias_that_reads_the_whole_table_is_not_narrowed():
 
     attention.disentangled_attention_bias = whole_table
     count, why = narrow_relative_span(model)
-    assert count == 0 and why.startswith("narrowed, the attention did not give the same output")
+    assert count == 0 and why.startswith("patched, the model did not give the same output")
     # undone: no narrowed method is left on any module (the classes' own are back)
     assert not any("disentangled_attention_bias" in m.__dict__ for m in model.modules())
