@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from cpuft.errors import CpuftError
 from cpuft.speedplan.choices import MATMUL_ATTENTION
 from cpuft.speedups import dynamic_conv
 from cpuft.speedups.dropout import fast_dropout
@@ -91,10 +92,11 @@ def _attention(module: Any, names: tuple[str, str, str], heads: int, scaling: fl
                      dropout=dropout or _model_dropout(module))
 
 
-def _model_dropout(module: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Dropout on attention weights as transformers' attention functions apply it: cpuft's
-    under its matmul attention, torch's under the others."""
-    p = float(getattr(getattr(module, "dropout", None), "p", 0.0))
+def _model_dropout(module: Any, name: str = "dropout") -> Callable[[torch.Tensor], torch.Tensor]:
+    """Dropout on attention weights as transformers' attention functions apply it, its
+    probability ``module``'s ``name``'s: cpuft's under its matmul attention, torch's under the
+    others."""
+    p = float(getattr(getattr(module, name, None), "p", 0.0))
     config = getattr(module, "config", None)
     fast = getattr(config, "_attn_implementation", None) == MATMUL_ATTENTION
     return lambda probs: (fast_dropout(probs, p, module.training) if fast
@@ -180,7 +182,28 @@ def _mixed_form(layer: Any) -> Form | None:
                                more_heads=conv)
 
 
-FORMS = (_mixed_form, _bert_form, _lin_form, _relative_form)
+def _inner_output_form(layer: Any) -> Form | None:
+    """query/key/value with the output projection and its norm inside the attention, then
+    ffn, activation and ffn_output, normed with their input (ALBERT's layout)."""
+    sa: Any = getattr(layer, "attention", None)
+    dense, norm, after = (getattr(sa, n, None) for n in ("dense", "LayerNorm", "output_dropout"))
+    ffn, ffn_output, activation, out_norm = (getattr(layer, n, None) for n in (
+        "ffn", "ffn_output", "activation", "full_layer_layer_norm"))
+    att = _attention(sa, ("query", "key", "value"), _heads(sa, "num_attention_heads"),
+                     getattr(sa, "scaling", None),
+                     dropout=_model_dropout(sa, "attention_dropout"))
+    if att is None or None in (dense, norm, after, ffn, ffn_output, activation, out_norm):
+        return None
+
+    def finish(ctx: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        attended = norm(first + after(dense(ctx)))
+        return out_norm(ffn_output(activation(ffn(attended))) + attended)
+
+    return Form("query/key/value with the output and its norm inside the attention", att,
+                finish)
+
+
+FORMS = (_mixed_form, _bert_form, _lin_form, _relative_form, _inner_output_form)
 """The layouts served, each recognised by its parts."""
 
 
@@ -217,10 +240,11 @@ def first_token_attention(att: Attention, hidden_states: torch.Tensor,
 
 
 def _layers(model: nn.Module) -> nn.ModuleList | None:
-    """The model's stack of layers: its longest list of modules all of one class."""
+    """The model's stack of layers: its longest list of modules all of one class, the
+    innermost of lists as long (a group of one shared layer holds that layer)."""
     stacks = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)
               and len({type(layer) for layer in m}) == 1]
-    return max(stacks, key=len, default=None)
+    return max(reversed(stacks), key=len, default=None)
 
 
 def _probe_batch(model: nn.Module) -> dict[str, torch.Tensor] | None:
@@ -273,11 +297,13 @@ class _Probe:
 
 @dataclass
 class _Call:
-    """How the model calls its last layer: whether it returns a tuple, and the names of the
-    tensor arguments it is given besides its input."""
+    """How the model calls its last layer: whether it returns a tuple, the names of the
+    tensor arguments it is given besides its input, and how many times a forward pass runs it
+    (more than once: its weights are shared, and the last run is the last layer)."""
 
     as_tuple: bool = False
     tensors: tuple[str, ...] = ()
+    times: int = 1
 
 
 def _tensor_arguments(layer: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -303,7 +329,8 @@ def _tensor_arguments(layer: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
 
 def _reads_first_position_only(probe: _Probe, layer: nn.Module) -> tuple[str, _Call]:
     """('', how the layer is called) where the logits stay put when every position of the last
-    layer's output but the first turns to noise; else why the model does not qualify."""
+    layer's output (its last run's, where it runs several times) but the first turns to
+    noise; else why the model does not qualify."""
     calls: list[bool] = []
     call = _Call()
     noise = torch.Generator().manual_seed(1)
@@ -311,29 +338,38 @@ def _reads_first_position_only(probe: _Probe, layer: nn.Module) -> tuple[str, _C
     def arguments(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         call.tensors = _tensor_arguments(layer, args, kwargs)
 
+    def count(_module: nn.Module, _args: Any, output: Any) -> None:
+        calls.append(isinstance(output, tuple))
+
     def perturb(_module: nn.Module, _args: Any, output: Any) -> Any:
         calls.append(isinstance(output, tuple))
         hidden = output[0] if isinstance(output, tuple) else output
-        if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
+        if len(calls) != call.times or not isinstance(hidden, torch.Tensor) \
+                or hidden.dim() != 3:
             return None
         noisy = hidden.clone()
         noisy[:, 1:] = torch.randn(noisy[:, 1:].shape, generator=noise, dtype=noisy.dtype) * 3
         return (noisy, *output[1:]) if isinstance(output, tuple) else noisy
 
-    before = probe.logits()
-    handles = [layer.register_forward_hook(perturb),
+    handles = [layer.register_forward_hook(count),
                layer.register_forward_pre_hook(arguments, with_kwargs=True)]
     try:
-        after = probe.logits()
+        before = probe.logits()
     finally:
         for handle in handles:
             handle.remove()
-    if len(calls) != 1:
-        return (f"the last layer runs {len(calls)} times a forward pass (its weights are "
-                "shared): not served"), call
+    call.times, calls[:] = len(calls), []
+    handle = layer.register_forward_hook(perturb)
+    try:
+        after = probe.logits()
+    finally:
+        handle.remove()
+    if not call.times or len(calls) != call.times:
+        return (f"the last layer ran {call.times} and then {len(calls)} times a forward pass: "
+                "not served"), call
     if _moved(before, after) > CHECK_TOLERANCE:
         return "the head reads more of the last layer than its first position", call
-    call.as_tuple = calls[0]
+    call.as_tuple = calls[-1]
     return "", call
 
 
@@ -367,20 +403,59 @@ def use_first_token_layer(model: nn.Module) -> str:
     if unread:
         return (f"the last layer is given {', '.join(unread)} besides its input, which "
                 f"{form.name} does not read (rotary positions, say): not served")
+    if call.times > 1 and any(getattr(m, "gradient_checkpointing", False) is True
+                              for m in model.modules()):
+        return (f"the last layer's weights are shared ({call.times} runs a forward pass) and "
+                "the model recomputes its layers (gradient checkpointing): not served")
     before = probe.first_output(layer)
-    layer.forward = types.MethodType(_forward_for(form, call.as_tuple), layer)
+    undo = _patch(model, layer, form, call)
     try:
         moved = _moved(before, probe.first_output(layer))
     except Exception as e:  # parts of the layout's names that do other sums
-        del layer.forward
+        undo()
         return (f"the last layer, taken as {form.name}, did not run ({type(e).__name__}: "
                 f"{str(e).splitlines()[0][:80]}): not served")
     if moved > CHECK_TOLERANCE:
-        del layer.forward
+        undo()
         return (f"the last layer as {form.name} gave another output at the first position "
                 f"(off by {moved:.1e}; positions it does not take, rotary ones, say): "
                 "not served")
     return ""
+
+
+def _patch(model: nn.Module, layer: nn.Module, form: Form, call: _Call) -> Callable[[], None]:
+    """Serve ``layer`` the first-token way, on its last run of each forward pass where it runs
+    several; the function that undoes it."""
+    first_token = _forward_for(form, call.as_tuple)
+    if call.times == 1:
+        layer.forward = types.MethodType(first_token, layer)
+        return lambda: delattr(layer, "forward")
+    own, runs = layer.forward, [0]
+
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        runs[0] += 1
+        if runs[0] == call.times:
+            return first_token(self, *args, **kwargs)
+        return own(*args, **kwargs)
+
+    def start(_model: nn.Module, _args: Any) -> None:
+        runs[0] = 0
+
+    def end(_model: nn.Module, _args: Any, _output: Any) -> None:
+        if runs[0] != call.times:  # its last run was not the one served
+            raise CpuftError(
+                f"the model ran its shared last layer {runs[0]} times, not the {call.times} "
+                "cpuft.optimize saw; pass first_token_layer=False (--no-first-token-layer)")
+
+    layer.forward = types.MethodType(forward, layer)
+    hooks = [model.register_forward_pre_hook(start), model.register_forward_hook(end)]
+
+    def undo() -> None:
+        delattr(layer, "forward")
+        for hook in hooks:
+            hook.remove()
+
+    return undo
 
 
 def _forward_for(form: Form, as_tuple: bool) -> Callable[..., Any]:

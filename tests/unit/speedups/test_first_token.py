@@ -25,6 +25,7 @@ from transformers import (
     XLNetForSequenceClassification,
 )
 
+from cpuft.errors import CpuftError
 from cpuft.speedups.attention import register_attention
 from cpuft.speedups.first_token import use_first_token_layer
 
@@ -58,6 +59,8 @@ def build(family: str) -> nn.Module:
         return ErnieForSequenceClassification(ErnieConfig(**SMALL))
     if family == "mpnet":
         return MPNetForSequenceClassification(MPNetConfig(**SMALL, pad_token_id=1))
+    if family == "albert":  # one layer, shared by the three
+        return AlbertForSequenceClassification(AlbertConfig(**SMALL, embedding_size=16))
     if family == "convbert":  # a kernel of 5: the first token's span reaches 2 tokens on
         return ConvBertForSequenceClassification(ConvBertConfig(**SMALL, embedding_size=32,
                                                                 conv_kernel_size=5))
@@ -68,7 +71,7 @@ def build(family: str) -> nn.Module:
     raise ValueError(family)
 
 
-FAMILIES = ["bert", "roberta", "electra", "ernie", "mpnet", "distilbert", "convbert"]
+FAMILIES = ["bert", "roberta", "electra", "ernie", "mpnet", "distilbert", "convbert", "albert"]
 OWN_ATTENTION = ("mpnet", "convbert")
 """Families that compute their attention themselves, not through transformers' interface."""
 
@@ -113,6 +116,30 @@ def test_the_last_layer_really_runs_on_one_position():
     assert seen == [torch.Size([4, 1, 64])]
 
 
+def test_a_shared_layer_runs_the_first_token_way_on_its_last_run_alone():
+    torch.manual_seed(0)
+    model = build("albert").eval()
+    assert use_first_token_layer(model) == ""
+    seen = []
+    model.albert.encoder.albert_layer_groups[0].albert_layers[0].ffn.register_forward_hook(
+        lambda _m, _i, out: seen.append(tuple(out.shape)))
+    with torch.no_grad():
+        model(input_ids=batch()["input_ids"])
+        model(input_ids=batch()["input_ids"])  # the count starts again each forward pass
+    assert seen == [(4, 9, 64), (4, 9, 64), (4, 1, 64)] * 2
+    # A model that comes to run the layer more often than it did when checked says so.
+    model.config.num_hidden_layers = 4
+    with pytest.raises(CpuftError, match="ran its shared last layer 4 times, not the 3"):
+        model(input_ids=batch()["input_ids"])
+
+
+def test_a_shared_layer_under_gradient_checkpointing_is_left_alone():
+    model = build("albert")
+    model.albert.encoder.gradient_checkpointing = True  # as transformers' switch sets it
+    assert "gradient checkpointing" in use_first_token_layer(model)
+    assert all("forward" not in vars(m) for m in model.modules())
+
+
 def test_models_whose_head_reads_more_than_the_first_token_are_left_alone(monkeypatch):
     masked_lm = BertForMaskedLM(BertConfig(**SMALL))
     assert use_first_token_layer(masked_lm) == \
@@ -124,9 +151,6 @@ def test_models_whose_head_reads_more_than_the_first_token_are_left_alone(monkey
     decoder = BertForSequenceClassification(BertConfig(**SMALL, is_decoder=True))
     assert "decoder" in use_first_token_layer(decoder)
     assert "no stack of layers" in use_first_token_layer(nn.Linear(2, 2))
-    # ALBERT runs one shared layer again and again: it is named, not served.
-    albert = AlbertForSequenceClassification(AlbertConfig(**SMALL, embedding_size=16))
-    assert "runs 3 times a forward pass" in use_first_token_layer(albert)
     # ConvBERT's attention, its convolution heads unseen, is BERT's by its names, but its
     # context is twice as wide: it does not run the first-token way; RoFormer's rotates its
     # queries and keys: other logits. Both are named and undone.
@@ -141,7 +165,7 @@ def test_models_whose_head_reads_more_than_the_first_token_are_left_alone(monkey
     roformer = RoFormerForSequenceClassification(RoFormerConfig(**SMALL, embedding_size=32))
     assert use_first_token_layer(roformer).startswith(
         "the last layer is given sinusoidal_pos besides its input")
-    for model in (masked_lm, xlnet, albert, convbert, roformer):  # nothing was patched
+    for model in (masked_lm, xlnet, convbert, roformer):  # nothing was patched
         assert all("forward" not in vars(m) for m in model.modules())
 
 
