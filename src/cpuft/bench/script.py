@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -84,9 +85,10 @@ def check(bench: ScriptBench) -> None:
 
 
 def script_command(bench: ScriptBench, config: str, out: Path, machine: Machine,
-                   environ: dict[str, str], python: str = sys.executable,
+                   environ: dict[str, str], python: str = sys.executable, port: int = 29500,
                    ) -> tuple[list[str], dict[str, str]]:
-    """(argv, env) of one configuration's run, its step records going to ``out``."""
+    """(argv, env) of one configuration's run, its step records going to ``out``; ``port``:
+    the rendezvous port of ``cpuft launch``'s runs (torchrun's own are ``--standalone``)."""
     env = dict(environ)
     path = env.get("PYTHONPATH", "")
     env.update({"PYTHONPATH": os.pathsep.join(p for p in (str(HOOK_DIR), path) if p),
@@ -94,7 +96,7 @@ def script_command(bench: ScriptBench, config: str, out: Path, machine: Machine,
                 SWITCH: "1" if config == "cpuft" else "0"})
     if config in ("cpuft-launch", "cpuft"):
         return [python, "-m", "cpuft", "launch", f"--nproc-per-node={bench.nproc}",
-                bench.script, *bench.args], env
+                f"--master-port={port}", bench.script, *bench.args], env
     if config == "stock-flags":
         env.update(machine.preload)
         env["OMP_NUM_THREADS"] = str(max(1, machine.cores // bench.nproc))
@@ -114,7 +116,8 @@ def run_once(bench: ScriptBench, config: str, where: Path, machine: Machine) -> 
     script's output is kept in ``where``.log either way)."""
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
-    argv, env = script_command(bench, config, where, machine, dict(os.environ))
+    argv, env = script_command(bench, config, where, machine, dict(os.environ),
+                               port=free_port())
     code, out, err = run_output(argv, env, timeout=bench.timeout)
     log = where.with_suffix(".log")
     log.write_text(f"$ {' '.join(argv)}\n{out}{err}")
@@ -130,6 +133,14 @@ def run_once(bench: ScriptBench, config: str, where: Path, machine: Machine) -> 
     raise CpuftError(f"{config}: {bench.script} " + (
         f"exited with code {code}" if code else "never stepped an optimizer")
         + f" ({first_error(err or out)[:200]}); its output is in {log}")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now: two benches, or a bench beside a launched job,
+    must not meet at one rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 ERROR_LINE = re.compile(r"(^|\s)(\w*Error|error):")

@@ -172,10 +172,12 @@ def classifier_step_flops(spec: RunSpec, task: ClassifierTask, precision: str,
     length = spec.max_seq_length if spec.config == "stock-2021" else max(
         2, round(tokens_per_sample))
     n = min(spec.batch_size, len(train))
-    rows = Encoded([(ids * -(-length // len(ids)))[:length] for ids in train.input_ids[:n]],
-                   train.labels[:n],
-                   None if train.token_type_ids is None else [
-                       (t * -(-length // len(t)))[:length] for t in train.token_type_ids[:n]])
+
+    def tiled(rows: list[list[int]]) -> list[list[int]]:  # each row repeated to the length
+        return [(row * -(-length // len(row)))[:length] for row in rows[:n]]
+
+    rows = Encoded(tiled(train.input_ids), train.labels[:n],
+                   None if train.token_type_ids is None else tiled(train.token_type_ids))
     batch = Collator(pad_id=task.tokenizer.pad_token_id)(rows, list(range(n)))
     return step_flops(task.model, batch, precision)
 

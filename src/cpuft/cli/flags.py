@@ -124,3 +124,17 @@ def given_flags(args: argparse.Namespace, names: Iterable[str] | None = None
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The config these parsed train flags give, over their --config file if any."""
     return build_config(load_config_file(args.config) if args.config else {}, given_flags(args))
+
+
+def rank_train_config(train_args: Sequence[str], min_nodes: int | None = None,
+                      max_nodes: int | None = None) -> TrainConfig:
+    """The settings ``cpuft train TRAIN_ARGS`` takes, checked here once rather than on every
+    rank of a job: its flags, and with ``min_nodes`` (an elastic job) that its batch splits
+    over every node count it may run on."""
+    from cpuft.cli.main import build_parser
+    from cpuft.launch.elastic import check_batch_splits
+
+    cfg = config_from_args(build_parser().parse_args(["train", *train_args]))
+    if min_nodes is not None and max_nodes is not None:
+        check_batch_splits(cfg.optimization.batch_size, min_nodes, max_nodes)
+    return cfg

@@ -73,11 +73,9 @@ def _selector(pairs: list[str]) -> dict[str, str] | None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from cpuft.cli.flags import config_from_args
-    from cpuft.cli.main import build_parser
+    from cpuft.cli.flags import rank_train_config
     from cpuft.cli.output import write_file
     from cpuft.errors import CpuftError
-    from cpuft.launch.elastic import check_batch_splits
     from cpuft.launch.k8s import ManifestRequest, indexed_job, trainjob
     from cpuft.launch.program import USAGE
 
@@ -85,9 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if command[:1] == ["train"]:  # checked now, not in a pod
-        cfg = config_from_args(build_parser().parse_args(command))
-        if args.min_nodes is not None:
-            check_batch_splits(cfg.optimization.batch_size, args.min_nodes, args.nodes)
+        rank_train_config(command[1:], args.min_nodes, args.nodes)
     elif not (len(command) > 1 and os.path.basename(command[0]).startswith("python")):
         raise CpuftError(USAGE.replace("cpuft launch", "cpuft k8s manifest ..."))
     else:

@@ -42,8 +42,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cpuft.cli.flags import config_from_args
-    from cpuft.cli.main import build_parser
+    from cpuft.cli.flags import rank_train_config
     from cpuft.launch.elastic import check_batch_splits
     from cpuft.launch.program import rank_program
     from cpuft.launch.request import build_launch
@@ -53,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
     if not rank.is_train:
         request = launch_request(args, list(rank.args), "auto", program=rank.program)
         return int(run_job(build_launch(request)))
-    # The ranks' own settings, checked here once rather than on every rank, decide what the
-    # launcher sets up for them (the allocator it preloads).
-    cfg = config_from_args(build_parser().parse_args(["train", *rank.args]))
+    # The ranks' own settings decide what the launcher sets up for them (the allocator it
+    # preloads).
+    cfg = rank_train_config(rank.args)
     request = launch_request(args, list(rank.args), cfg.speedups.allocator)
     if request.min_nodes is not None and request.nnodes is not None:
         check_batch_splits(cfg.optimization.batch_size, request.min_nodes, request.nnodes)

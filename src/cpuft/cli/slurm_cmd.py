@@ -58,19 +58,15 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cpuft import __version__
-    from cpuft.cli.flags import config_from_args
-    from cpuft.cli.main import build_parser
+    from cpuft.cli.flags import rank_train_config
     from cpuft.cli.output import write_file
     from cpuft.errors import CpuftError
-    from cpuft.launch.elastic import check_batch_splits
     from cpuft.launch.program import rank_program, user_command
     from cpuft.launch.sbatch import SbatchRequest, sbatch_script, submit
 
     rank = rank_program(list(args.command))
     if rank.is_train:  # the ranks' settings are checked now, not on the cluster
-        cfg = config_from_args(build_parser().parse_args(["train", *rank.args]))
-        if args.min_nodes is not None:
-            check_batch_splits(cfg.optimization.batch_size, args.min_nodes, args.nodes)
+        rank_train_config(rank.args, args.min_nodes, args.nodes)
     command = user_command(rank.program, list(rank.args))
     if command[0] == "python":  # the script by absolute path: the job may start elsewhere
         command[1] = os.path.abspath(command[1]) if command[1] != "-m" else command[1]

@@ -20,6 +20,7 @@ from cpuft.speedplan.choices import MATMUL_ATTENTION, choose_attention
 from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.dropout import fast_dropout
 from cpuft.speedups.registry import PatchContext, SpeedUp, register
+from cpuft.speedups.trial import timed_in_turns
 from cpuft.topology import Topology
 
 
@@ -100,12 +101,8 @@ def _gain(heads: int, head_dim: int, length: int, dtype: torch.dtype, dropout: f
         return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                           dropout_p=dropout)
 
-    seconds = {"matmul": 0.0, "sdpa": 0.0}
-    for round_ in range(rounds + 1):  # round 0 warms both up
-        for name, attend in (("matmul", matmul), ("sdpa", sdpa)):
-            took = _pass_seconds(attend, q, k, v, mask)
-            if round_:
-                seconds[name] += took
+    seconds = timed_in_turns({name: functools.partial(_pass_seconds, attend, q, k, v, mask)
+                              for name, attend in (("matmul", matmul), ("sdpa", sdpa))}, rounds)
     return seconds["sdpa"] / seconds["matmul"] if seconds["matmul"] else 1.0
 
 

@@ -20,7 +20,7 @@ from cpuft.config import TrainConfig
 from cpuft.distributed import rank0_value
 from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchContext, SpeedUp, register, switch
-from cpuft.speedups.trial import pass_seconds, untouched
+from cpuft.speedups.trial import pass_seconds, timed_in_turns, untouched
 from cpuft.topology import Topology
 
 MIN_GAIN = 1.05
@@ -54,16 +54,17 @@ def use_channels_last(model: nn.Module, example: torch.Tensor | None,
     if images.dim() != 4:
         return False, f"the example input has {images.dim()} dimensions, not an image batch's 4"
     shape = "x".join(str(n) for n in images.shape)
-    seconds = {False: 0.0, True: 0.0}
+
+    def one_pass(fmt: torch.memory_format) -> Callable[[], float]:
+        def run() -> float:
+            _set_layout(model, fmt)
+            return pass_seconds(model, images.contiguous(memory_format=fmt), precision)
+        return run
+
     try:
         with untouched(model):
-            for round_ in range(rounds + 1):  # round 0 warms both up
-                for last in (False, True):
-                    fmt = torch.channels_last if last else torch.contiguous_format
-                    _set_layout(model, fmt)
-                    took = pass_seconds(model, images.contiguous(memory_format=fmt), precision)
-                    if round_:
-                        seconds[last] += took
+            seconds = timed_in_turns({False: one_pass(torch.contiguous_format),
+                                      True: one_pass(torch.channels_last)}, rounds)
     except Exception as e:  # a model that cannot run the batch: leave it as it was
         _set_layout(model, torch.contiguous_format)
         return False, (f"not measured: the model did not run forward and backward on the "

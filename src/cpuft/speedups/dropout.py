@@ -24,6 +24,7 @@ from torch import nn
 from cpuft.kernels.signature import Kernel
 from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchContext, SpeedUp, register
+from cpuft.speedups.swap import replace_children
 
 # SplitMix64 (Steele, Lea and Flood): word w of a stream is mix(seed + (w + 1) * GOLDEN).
 # The same constants are in cpuft/kernels/dropout_mask.c; a test holds the two paths equal.
@@ -145,13 +146,8 @@ class FastDropout(nn.Dropout):
 
 def swap_dropout(model: nn.Module) -> int:
     """Replace every ``nn.Dropout`` with p > 0 in place; returns how many were replaced."""
-    count = 0
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is nn.Dropout and child.p > 0:
-                setattr(module, name, FastDropout(child.p, inplace=False))
-                count += 1
-    return count
+    return replace_children(model, lambda child: FastDropout(child.p, inplace=False)
+                            if type(child) is nn.Dropout and child.p > 0 else None)
 
 
 class FastDropoutSpeedUp(SpeedUp):

@@ -18,6 +18,7 @@ from torch import nn
 
 from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchContext, SpeedUp, register
+from cpuft.speedups.swap import replace_children
 
 TOLERANCE = 1e-6
 
@@ -48,16 +49,9 @@ def computes_tanh_gelu(module: nn.Module, probe: torch.Tensor) -> bool:
 
 def fuse_tanh_gelu(model: nn.Module) -> int:
     """Replace each module that computes tanh-GELU op by op; how many were replaced."""
-    probe, count = _probe(), 0
-    verdicts: dict[int, bool] = {}  # one module object may sit in several places
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if id(child) not in verdicts:
-                verdicts[id(child)] = computes_tanh_gelu(child, probe)
-            if verdicts[id(child)]:
-                setattr(parent, name, nn.GELU(approximate="tanh"))
-                count += 1
-    return count
+    probe = _probe()
+    return replace_children(model, lambda child: nn.GELU(approximate="tanh")
+                            if computes_tanh_gelu(child, probe) else None)
 
 
 class FusedGeluSpeedUp(SpeedUp):

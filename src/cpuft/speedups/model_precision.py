@@ -11,6 +11,7 @@ their matmuls are what the plan's measurement timed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 
 from cpuft.speedplan.speed_plan import SpeedPlan
-from cpuft.speedups.trial import pass_seconds, untouched
+from cpuft.speedups.trial import pass_seconds, timed_in_turns, untouched
 
 SMALL_MODEL_WEIGHTS = 1_000_000
 """Below this many trainable weights and without a batch to measure on, fp32 is kept. An MLP of
@@ -62,14 +63,10 @@ def precision_for_model(model: nn.Module, plan: SpeedPlan, requested: str, examp
 def _measured_gain(model: nn.Module, example: torch.Tensor, rounds: int) -> float:
     """fp32's time over bf16 autocast's for forward and backward on ``example``, in turns; 0
     where the model does not run on it."""
-    seconds = {"fp32": 0.0, "bf16": 0.0}
     try:
         with untouched(model):
-            for round_ in range(rounds + 1):  # round 0 warms both up
-                for precision in seconds:
-                    took = pass_seconds(model, example, precision)
-                    if round_:
-                        seconds[precision] += took
+            seconds = timed_in_turns({p: functools.partial(pass_seconds, model, example, p)
+                                      for p in ("fp32", "bf16")}, rounds)
     except Exception:  # the batch is not the model's input: decide without a measurement
         return 0.0
     return seconds["fp32"] / seconds["bf16"] if seconds["bf16"] else 0.0

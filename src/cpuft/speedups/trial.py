@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
+
+K = TypeVar("K")
 
 
 @contextlib.contextmanager
@@ -108,3 +110,15 @@ def kept_if_unchanged(model: nn.Module, patch: Callable[[], None], undo: Callabl
         undo()
         return f"patched, the model did not give the same output ({why})"
     return ""
+
+
+def timed_in_turns(variants: dict[K, Callable[[], float]], rounds: int) -> dict[K, float]:
+    """Each variant's seconds summed over ``rounds`` turns, after one turn that warms them all
+    up. A variant runs once per call and returns the seconds it took."""
+    seconds = dict.fromkeys(variants, 0.0)
+    for round_ in range(rounds + 1):
+        for key, run in variants.items():
+            took = run()
+            if round_:
+                seconds[key] += took
+    return seconds

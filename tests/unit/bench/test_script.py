@@ -23,7 +23,8 @@ ENVIRON = {"PATH": "/bin", "PYTHONPATH": "/mine", "SECRET_TOKEN": "s3cret"}
 def command(config: str, nproc: int = 1):
     bench = ScriptBench(script="train.py", args=("--epochs", "3"), nproc=nproc,
                         warmup_steps=4, steps=10)
-    return script_command(bench, config, "/out", MACHINE, dict(ENVIRON), python="/py")
+    return script_command(bench, config, "/out", MACHINE, dict(ENVIRON), python="/py",
+                          port=29611)
 
 
 def test_each_configuration_runs_the_script_as_it_is_with_its_own_environment():
@@ -35,8 +36,8 @@ def test_each_configuration_runs_the_script_as_it_is_with_its_own_environment():
     assert stock == plain
     assert stock_env == {**env, "OMP_NUM_THREADS": "8", "LD_PRELOAD": "/lib/libtcmalloc.so.4"}
     launched, launch_env = command("cpuft-launch")
-    assert launched == ["/py", "-m", "cpuft", "launch", "--nproc-per-node=1", "train.py",
-                        "--epochs", "3"]
+    assert launched == ["/py", "-m", "cpuft", "launch", "--nproc-per-node=1",
+                        "--master-port=29611", "train.py", "--epochs", "3"]
     assert launch_env == env
     cpuft, cpuft_env = command("cpuft")
     assert cpuft == launched and cpuft_env == {**env, "CPUFT_OPTIMIZE": "1"}
