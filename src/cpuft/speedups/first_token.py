@@ -186,13 +186,14 @@ def _inner_output_form(layer: Any) -> Form | None:
     """query/key/value with the output projection and its norm inside the attention, then
     ffn, activation and ffn_output, normed with their input (ALBERT's layout)."""
     sa: Any = getattr(layer, "attention", None)
-    dense, norm, after = (getattr(sa, n, None) for n in ("dense", "LayerNorm", "output_dropout"))
-    ffn, ffn_output, activation, out_norm = (getattr(layer, n, None) for n in (
-        "ffn", "ffn_output", "activation", "full_layer_layer_norm"))
+    parts: list[Any] = [getattr(sa, n, None) for n in ("dense", "LayerNorm", "output_dropout")]
+    parts += [getattr(layer, n, None) for n in ("ffn", "ffn_output", "activation",
+                                                "full_layer_layer_norm")]
+    dense, norm, after, ffn, ffn_output, activation, out_norm = parts
     att = _attention(sa, ("query", "key", "value"), _heads(sa, "num_attention_heads"),
                      getattr(sa, "scaling", None),
                      dropout=_model_dropout(sa, "attention_dropout"))
-    if att is None or None in (dense, norm, after, ffn, ffn_output, activation, out_norm):
+    if att is None or any(part is None for part in parts):
         return None
 
     def finish(ctx: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
