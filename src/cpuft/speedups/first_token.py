@@ -365,7 +365,9 @@ def _reads_first_position_only(probe: _Probe, layer: nn.Module) -> tuple[str, _C
         after = probe.logits()
     finally:
         handle.remove()
-    if not call.times or len(calls) != call.times:
+    if not call.times:
+        return "the last layer did not run on a made-up batch: not served", call
+    if len(calls) != call.times:
         return (f"the last layer ran {call.times} and then {len(calls)} times a forward pass: "
                 "not served"), call
     if _moved(before, after) > CHECK_TOLERANCE:
@@ -446,7 +448,8 @@ def _patch(model: nn.Module, layer: nn.Module, form: Form, call: _Call) -> Calla
         if runs[0] != call.times:  # its last run was not the one served
             raise CpuftError(
                 f"the model ran its shared last layer {runs[0]} times, not the {call.times} "
-                "cpuft.optimize saw; pass first_token_layer=False (--no-first-token-layer)")
+                "cpuft counted when it checked the model; pass first_token_layer=False "
+                "(--no-first-token-layer)")
 
     layer.forward = types.MethodType(forward, layer)
     hooks = [model.register_forward_pre_hook(start), model.register_forward_hook(end)]
