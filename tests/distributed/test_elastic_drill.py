@@ -38,6 +38,9 @@ SAVE_EVERY_S = 4
 COMM_TIMEOUT_S = 20
 REJOIN_AFTER_S = 30
 STEPS = 3000
+# Each node's link is shaped to this rate so that a step's all-reduce takes its time whatever the
+# CPU: unshaped, a fast CPU trained the 3000 steps before the last node could rejoin.
+LINK_RATE = "10mbit"
 TRAIN = ["--text-columns", "text", "--batch-size", "4", "--max-steps", str(STEPS),
          "--no-progress", "--log-steps", "50"]
 
@@ -218,7 +221,7 @@ def uninterrupted(data) -> dict:
 
 def test_an_elastic_job_loses_nodes_and_takes_them_back(data, uninterrupted):
     out = data / "out"
-    with namespace_cluster(4) as cluster, \
+    with namespace_cluster(4, rate=LINK_RATE) as cluster, \
             elastic_job(data, cluster, [out], out, "ip netns exec {host}", "shared") as drill:
         _, a, b, c = cluster.hosts
         drill.wait("3 nodes train, a checkpoint written",
@@ -247,7 +250,7 @@ def test_losing_rank_0s_node_where_each_node_has_its_own_folder(data, uninterrup
     """Each host sees its own folder at the output path (a private mount over it), so rank 0's
     checkpoints go with its node, unless every node keeps its own copy."""
     out, own = data / "private-out", data / "private"
-    with namespace_cluster(4) as cluster:
+    with namespace_cluster(4, rate=LINK_RATE) as cluster:
         for host in cluster.hosts:
             (own / host).mkdir(parents=True)
         out.mkdir()
@@ -271,7 +274,7 @@ def test_losing_rank_0s_node_where_each_node_has_its_own_folder(data, uninterrup
 
 def test_below_min_nodes_the_job_stops_and_keeps_its_checkpoint(data):
     out = data / "few"
-    with namespace_cluster(3) as cluster, \
+    with namespace_cluster(3, rate=LINK_RATE) as cluster, \
             elastic_job(data, cluster, [out], out, "ip netns exec {host}", "few") as drill:
         drill.wait("2 nodes train, a checkpoint written",
                    lambda: drill.progress().get("step", 0) > 20 and checkpoint_steps(out), 300)
