@@ -28,6 +28,15 @@ FAMILIES: dict[str, dict[str, Any]] = {
                    "cls_token_id": 101, "sep_token_id": 102},
     "convbert": {},
     "roformer": {},
+    "roberta": {},
+    "xlm-roberta": {},
+    "electra": {"hidden_size": 768, "embedding_size": 768, "num_attention_heads": 12,
+                "intermediate_size": 3072},
+    "squeezebert": {},
+    "funnel": {},
+    "mobilebert": {},
+    "fnet": {},
+    "nystromformer": {},
 }
 """transformers' model type, and what its defaults need to be base size on BERT's ids."""
 

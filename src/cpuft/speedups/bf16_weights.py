@@ -20,7 +20,7 @@ parameter, where casting the gradients, torch's fused AdamW, the norm and the ca
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -32,7 +32,12 @@ from cpuft.optim import AdamW, clip_step, grad_norm
 from cpuft.speedplan.choices import choose_bf16_weights
 from cpuft.speedplan.speed_plan import Decision, SpeedPlan
 from cpuft.speedups.registry import PatchContext, SpeedUp, register
+from cpuft.speedups.trial import made_up_ids, untouched
 from cpuft.topology import Topology
+
+TRIED_UP_TO = 2_000_000_000
+"""Weights a model may have for its bf16 trial: above, the trial's bf16 copy beside the fp32
+weights could need memory the run itself never does."""
 
 
 def _to_bf16(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
@@ -45,6 +50,82 @@ def why_weights_stay_fp32(model: nn.Module) -> str | None:
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         return "the model has BatchNorm layers, kept fp32 under autocast"
     return None
+
+
+def _held(model: nn.Module) -> tuple[list[nn.Embedding], list[nn.Parameter]]:
+    """The embedding tables (kept fp32, their outputs cast) and the parameters held in bf16."""
+    embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+    kept = {id(p) for m in embeddings for p in m.parameters(recurse=False)}
+    return embeddings, [p for p in model.parameters()
+                        if p.dtype == torch.float32 and id(p) not in kept]
+
+
+def _trial_inputs(model: nn.Module,
+                  example: Callable[[], Any]) -> dict[str, Any] | tuple[Any, ...] | None:
+    """Keyword inputs of made-up token ids where the model has a vocabulary, else ``example()``
+    (the run's example batch) as positional or keyword inputs; None where there is none."""
+    ids = made_up_ids(getattr(model, "config", None), 7)
+    if ids is not None:
+        return {"input_ids": ids[0], "attention_mask": ids[1]}
+    batch = example()
+    if isinstance(batch, torch.Tensor):
+        return (batch,)
+    if isinstance(batch, Mapping) and all(isinstance(k, str) for k in batch):
+        return dict(batch)
+    return None
+
+
+def _a_float_output(out: Any) -> torch.Tensor | None:
+    if isinstance(out, torch.Tensor):
+        return out if out.is_floating_point() else None
+    values = out.values() if isinstance(out, Mapping) else out if isinstance(out, tuple) else ()
+    return next((v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()),
+                None)
+
+
+def _train_pass(model: nn.Module, inputs: dict[str, Any] | tuple[Any, ...]) -> None:
+    """A forward under bf16 autocast and a backward from the output's sum."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+    found = _a_float_output(out)
+    if found is not None and found.requires_grad:
+        found.float().sum().backward()
+
+
+def why_bf16_weights_fail(model: nn.Module, example: Callable[[], Any] = lambda: None
+                          ) -> str | None:
+    """What a training pass raised with ``model``'s weights held in bf16 as ``Bf16Weights``
+    holds them, where the same pass runs with fp32 weights (some models mix in fp32 results of
+    their own, such as FNet's Fourier transform, which then meet bf16 weights); None where it
+    ran or could not be tried. The model is left as it was."""
+    inputs = _trial_inputs(model, example)
+    if inputs is None or sum(p.numel() for p in model.parameters()) > TRIED_UP_TO:
+        return None
+    embeddings, held = _held(model)
+    fp32 = [p.data for p in held]
+    hooks = [m.register_forward_hook(_to_bf16) for m in embeddings]
+    failed = None
+    with untouched(model):
+        try:
+            for p in held:
+                p.data = p.data.to(torch.bfloat16)
+            _train_pass(model, inputs)
+        except Exception as e:
+            lines = str(e).strip().splitlines()
+            failed = f"{type(e).__name__}: {lines[0][:120] if lines else ''}"
+        finally:
+            for p, data in zip(held, fp32, strict=True):
+                p.data, p.grad = data, None
+            for hook in hooks:
+                hook.remove()
+        if failed:
+            try:  # made-up inputs this model does not take say nothing of bf16
+                _train_pass(model, inputs)
+            except Exception:
+                failed = None
+            for p in model.parameters():
+                p.grad = None
+    return failed
 
 
 class Bf16Weights:
@@ -60,15 +141,12 @@ class Bf16Weights:
             self.kernel_note = (f"on: {note}" if self._kernel is not None
                                 else f"off ({note}): torch's AdamW on fp32 copies of the gradients")
         self._folded = False
-        embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
-        kept = {id(p) for m in embeddings for p in m.parameters(recurse=False)}
+        embeddings, held = _held(model)
         self.low: list[torch.Tensor] = []
         self.masters: list[torch.Tensor] = []
         self._master_of: dict[int, torch.Tensor] = {}
         self.frozen: list[torch.Tensor] = []
-        for p in model.parameters():
-            if p.dtype != torch.float32 or id(p) in kept:
-                continue
+        for p in held:
             if not p.requires_grad:  # a frozen base (LoRA): bf16 alone, no master to keep
                 p.data = p.data.to(torch.bfloat16)
                 self.frozen.append(p)
@@ -251,8 +329,16 @@ class Bf16WeightsSpeedUp(SpeedUp):
                                              cfg.distributed.grad_compression))
 
     def apply(self, model: nn.Module, decision: Decision, ctx: PatchContext) -> Decision:
-        why = why_weights_stay_fp32(model) if ctx.precision == "bf16" else ""
-        return Decision(False, why) if why else decision
+        if ctx.precision != "bf16":
+            return decision
+        why = why_weights_stay_fp32(model)
+        if why:
+            return Decision(False, why)
+        failed = why_bf16_weights_fail(model, ctx.example)
+        if failed:
+            return Decision(False, f"the model did not run with its weights in bf16 ({failed}): "
+                                   "they stay fp32 under autocast")
+        return decision
 
 
 register(Bf16WeightsSpeedUp())

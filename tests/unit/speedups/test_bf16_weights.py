@@ -1,10 +1,14 @@
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import FNetConfig, FNetForSequenceClassification
 
 from cpuft.optim import build_optimizer
-from cpuft.speedups.bf16_weights import Bf16Weights
+from cpuft.speedplan.speed_plan import Decision
+from cpuft.speedups.bf16_weights import Bf16Weights, Bf16WeightsSpeedUp
+from cpuft.speedups.registry import PatchContext
 from tests.helpers import FAMILIES, backward
 
 
@@ -108,3 +112,67 @@ def test_a_frozen_base_is_held_in_bf16_without_masters():
     backward(model)  # the frozen bf16 weights take bf16 activations
     weights.restore()
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def decided(model: torch.nn.Module, example=None) -> Decision:
+    ctx = PatchContext(precision="bf16", example_input=example)
+    return Bf16WeightsSpeedUp().apply(model, Decision(True, "on by default"), ctx)
+
+
+def held_as_they_were(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> bool:
+    hooks = [m._forward_hooks for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    return (not any(hooks) and all(p.grad is None for p in model.parameters())
+            and all(p.dtype == torch.float32 and torch.equal(p, before[n])
+                    for n, p in model.named_parameters()))
+
+
+def test_a_model_that_fails_with_bf16_weights_keeps_them_fp32():
+    # FNet adds its Fourier transform's fp32 result to bf16 activations, then meets a LayerNorm:
+    # with bf16 weights the LayerNorm gets fp32 input and bf16 parameters, which torch refuses.
+    torch.manual_seed(0)
+    model = FNetForSequenceClassification(FNetConfig(
+        vocab_size=60, hidden_size=32, num_hidden_layers=2, intermediate_size=64))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    rng = torch.random.get_rng_state()
+    decision = decided(model)
+    assert not decision.on
+    assert decision.reason.startswith("the model did not run with its weights in bf16 "
+                                      "(RuntimeError: mixed dtype")
+    assert held_as_they_were(model, before) and torch.equal(torch.random.get_rng_state(), rng)
+    backward(model)  # and it trains under autocast with fp32 weights
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_model_that_runs_with_bf16_weights_keeps_them_and_is_left_as_it_was(family):
+    torch.manual_seed(0)
+    model = FAMILIES[family]()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert decided(model) == Decision(True, "on by default")
+    assert held_as_they_were(model, before)
+
+
+class Summer(torch.nn.Module):
+    """Not a token model though its config names a vocabulary; bf16 weights break it only when
+    ``breaks``: its fp32 branch meets a bf16 LayerNorm."""
+
+    def __init__(self, breaks: bool) -> None:
+        super().__init__()
+        self.config = SimpleNamespace(vocab_size=100)
+        self.linear, self.norm, self.breaks = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), breaks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.linear(x).float() + x if self.breaks else self.linear(x))
+
+
+def test_a_model_the_made_up_batch_does_not_fit_keeps_bf16_weights():
+    # the made-up token ids fail with fp32 weights too: that says nothing of bf16
+    assert decided(Summer(breaks=True)).on
+
+
+def test_a_model_without_vocabulary_is_tried_on_the_example_batch():
+    model = Summer(breaks=True)
+    model.config = None
+    x = torch.randn(4, 8)
+    assert not decided(model, example=x).on
+    assert decided(Summer(breaks=False), example=lambda: x).on
+    assert decided(model).on  # no example: nothing to try it on
