@@ -44,6 +44,24 @@ def _to_bf16(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> torch.Te
     return output.to(torch.bfloat16)
 
 
+def _norm_input_to_bf16(module: nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    # torch's CPU LayerNorm takes fp32 input with fp32 weights or bf16 input with bf16 or fp32
+    # weights: an fp32 result of the model's own (FNet's Fourier transform) meets bf16 weights.
+    x = inputs[0] if inputs else None
+    if isinstance(x, torch.Tensor) and x.dtype == torch.float32 \
+            and module.weight is not None and module.weight.dtype == torch.bfloat16:
+        return (x.to(torch.bfloat16), *inputs[1:])
+    return None
+
+
+def _casts(model: nn.Module, embeddings: list[nn.Embedding]) -> list[Any]:
+    """The hooks bf16 weights need: embedding outputs cast to bf16, fp32 inputs of LayerNorms
+    cast to their bf16 weights' dtype."""
+    return ([m.register_forward_hook(_to_bf16) for m in embeddings]
+            + [m.register_forward_pre_hook(_norm_input_to_bf16) for m in model.modules()
+               if isinstance(m, nn.LayerNorm) and m.elementwise_affine])
+
+
 def why_weights_stay_fp32(model: nn.Module) -> str | None:
     """Why ``model``'s weights cannot be held in bf16 (BatchNorm's statistics and affine
     weights are computed in fp32 under autocast), or None where they can."""
@@ -103,7 +121,7 @@ def why_bf16_weights_fail(model: nn.Module, example: Callable[[], Any] = lambda:
         return None
     embeddings, held = _held(model)
     fp32 = [p.data for p in held]
-    hooks = [m.register_forward_hook(_to_bf16) for m in embeddings]
+    hooks = _casts(model, embeddings)
     failed = None
     with untouched(model):
         try:
@@ -167,7 +185,7 @@ class Bf16Weights:
         self._names = {name: self._master_of[id(p)]
                        for name, p in model.named_parameters(remove_duplicate=False)
                        if id(p) in self._master_of}
-        self._hooks = [m.register_forward_hook(_to_bf16) for m in embeddings]
+        self._hooks = _casts(model, embeddings)
 
     def master_names(self) -> dict[str, torch.Tensor]:
         """The masters by their parameters' names in the model."""

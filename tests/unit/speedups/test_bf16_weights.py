@@ -120,26 +120,40 @@ def decided(model: torch.nn.Module, example=None) -> Decision:
 
 
 def held_as_they_were(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> bool:
-    hooks = [m._forward_hooks for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    hooks = [h for m in model.modules() for h in (m._forward_hooks, m._forward_pre_hooks)]
     return (not any(hooks) and all(p.grad is None for p in model.parameters())
             and all(p.dtype == torch.float32 and torch.equal(p, before[n])
                     for n, p in model.named_parameters()))
 
 
 def test_a_model_that_fails_with_bf16_weights_keeps_them_fp32():
-    # FNet adds its Fourier transform's fp32 result to bf16 activations, then meets a LayerNorm:
-    # with bf16 weights the LayerNorm gets fp32 input and bf16 parameters, which torch refuses.
-    torch.manual_seed(0)
-    model = FNetForSequenceClassification(FNetConfig(
-        vocab_size=60, hidden_size=32, num_hidden_layers=2, intermediate_size=64))
+    model = Summer(norm=torch.nn.GroupNorm(2, 8))  # torch's GroupNorm refuses fp32 input here
+    model.config = None
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    x = torch.randn(4, 8)
     rng = torch.random.get_rng_state()
-    decision = decided(model)
+    decision = decided(model, example=x)
     assert not decision.on
     assert decision.reason.startswith("the model did not run with its weights in bf16 "
                                       "(RuntimeError: mixed dtype")
     assert held_as_they_were(model, before) and torch.equal(torch.random.get_rng_state(), rng)
-    backward(model)  # and it trains under autocast with fp32 weights
+
+
+def test_an_fp32_result_of_the_models_own_meets_bf16_layernorm_weights():
+    # FNet adds its Fourier transform's fp32 result to bf16 activations, then normalises: the
+    # LayerNorm's input is cast to its weights' bf16 (torch refuses fp32 input with bf16 weights)
+    torch.manual_seed(0)
+    model = FNetForSequenceClassification(FNetConfig(
+        vocab_size=60, hidden_size=32, num_hidden_layers=2, intermediate_size=64))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert decided(model) == Decision(True, "on by default")
+    assert held_as_they_were(model, before)
+    weights = Bf16Weights(model)
+    loss = backward(model)
+    assert torch.isfinite(loss) and all(p.grad is not None for p in weights.low)
+    weights.restore()
+    model.zero_grad(set_to_none=True)
+    assert held_as_they_were(model, before)  # no cast hook left behind either
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -152,27 +166,29 @@ def test_a_model_that_runs_with_bf16_weights_keeps_them_and_is_left_as_it_was(fa
 
 
 class Summer(torch.nn.Module):
-    """Not a token model though its config names a vocabulary; bf16 weights break it only when
-    ``breaks``: its fp32 branch meets a bf16 LayerNorm."""
+    """Not a token model though its config names a vocabulary: a linear layer whose result,
+    made fp32 and added to the input, is normalised by ``norm``."""
 
-    def __init__(self, breaks: bool) -> None:
+    def __init__(self, norm: torch.nn.Module) -> None:
         super().__init__()
         self.config = SimpleNamespace(vocab_size=100)
-        self.linear, self.norm, self.breaks = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), breaks
+        self.linear, self.norm = torch.nn.Linear(8, 8), norm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(self.linear(x).float() + x if self.breaks else self.linear(x))
+        return self.norm(self.linear(x).float() + x)
 
 
 def test_a_model_the_made_up_batch_does_not_fit_keeps_bf16_weights():
     # the made-up token ids fail with fp32 weights too: that says nothing of bf16
-    assert decided(Summer(breaks=True)).on
+    assert decided(Summer(torch.nn.GroupNorm(2, 8))).on
 
 
 def test_a_model_without_vocabulary_is_tried_on_the_example_batch():
-    model = Summer(breaks=True)
+    model = Summer(torch.nn.GroupNorm(2, 8))
     model.config = None
     x = torch.randn(4, 8)
-    assert not decided(model, example=x).on
-    assert decided(Summer(breaks=False), example=lambda: x).on
+    assert not decided(model, example=lambda: x).on
+    fine = Summer(torch.nn.LayerNorm(8))
+    fine.config = None
+    assert decided(fine, example=x).on
     assert decided(model).on  # no example: nothing to try it on
