@@ -139,6 +139,11 @@ class AttentionSpeedUp(SpeedUp):
 
     def apply(self, model: Any, decision: Decision, ctx: PatchContext) -> Decision:
         attention, reason = str(decision.value), decision.reason
+        if reason != "requested" and getattr(model, "_supports_attention_backend", None) is False:
+            # set_attn_implementation accepts any name here, yet nothing would run it
+            runs = getattr(getattr(model, "config", None), "_attn_implementation", None)
+            return Decision(str(runs or "default"), "the model computes its attention its own "
+                            "way, not through transformers' attention interface: kept")
         if reason.startswith("auto") and ctx.sequence_length:
             attention, reason = measured_choice(model, attention, ctx.sequence_length,
                                                 ctx.precision, (attention, reason))

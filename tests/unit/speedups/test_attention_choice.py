@@ -7,9 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import AutoConfig, AutoModelForSequenceClassification
 
+from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups import attention
 from cpuft.speedups.attention import matmul_attention_gain, measured_choice
+from cpuft.speedups.registry import PatchContext
 
 MODEL = SimpleNamespace(config=SimpleNamespace(num_attention_heads=12, hidden_size=768,
                                                attention_probs_dropout_prob=0.1))
@@ -43,3 +46,17 @@ def test_the_measurement_runs_both_kernels():
     torch.manual_seed(5)
     assert matmul_attention_gain(2, 8, 16, torch.float32, 0.1, batch=2, rounds=1) > 0
     assert torch.equal(torch.rand(2), expected)  # its dropout draws left the stream as it was
+
+
+@pytest.mark.parametrize("family", ["fnet", "squeezebert"])
+def test_a_model_outside_the_attention_interface_keeps_its_own(family, monkeypatch):
+    # FNet has no attention, SqueezeBERT computes its own: transformers accepts any name for
+    # them, so the plan would claim matmul attention where nothing runs it
+    monkeypatch.setattr(attention, "matmul_attention_gain", lambda *shape: pytest.fail("timed"))
+    config = AutoConfig.for_model(family, vocab_size=60, hidden_size=32, num_hidden_layers=1,
+                                  embedding_size=32, num_attention_heads=4, intermediate_size=64)
+    model = AutoModelForSequenceClassification.from_config(config)
+    ctx = PatchContext(precision="bf16", sequence_length=32)
+    decided = attention.AttentionSpeedUp().apply(model, Decision("cpuft_eager", "auto: ..."), ctx)
+    assert decided.reason.startswith("the model computes its attention its own way")
+    assert model.config._attn_implementation == decided.value != "cpuft_eager"
