@@ -61,13 +61,13 @@ class Attention:
 
 @dataclass(frozen=True)
 class Form:
-    """How one layout of layer runs for the first token: its attention, and what follows it:
-    ``finish(context, first)`` from the first token's attention context and input to the
-    layer's output there. ``bias(args, kwargs)``: an additive position bias for the scores,
-    from the layer's arguments."""
+    """How one layout of layer runs for the first token: its attention (or ``mix``), and what
+    follows it: ``finish(context, first)`` from the first token's attention context and input
+    to the layer's output there. ``bias(args, kwargs)``: an additive position bias for the
+    scores, from the layer's arguments."""
 
     name: str
-    attention: Attention
+    attention: Attention | None
     finish: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     bias: Callable[[tuple[Any, ...], dict[str, Any]], torch.Tensor | None] = lambda a, k: None
     takes: tuple[str, ...] = ("attention_mask",)
@@ -76,6 +76,9 @@ class Form:
     more_heads: Callable[[torch.Tensor], torch.Tensor] | None = None
     """Heads of another kind, their first-position context (batch, 1, width) from the layer's
     input, placed after the attention's."""
+    mix: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """In place of attention: the first position's context (batch, 1, width) from every
+    position, where tokens mix without weights."""
 
 
 def _attention(module: Any, names: tuple[str, str, str], heads: int, scaling: float | None,
@@ -204,7 +207,32 @@ def _inner_output_form(layer: Any) -> Form | None:
                 finish)
 
 
-FORMS = (_mixed_form, _bert_form, _lin_form, _relative_form, _inner_output_form)
+def _weightless_mix_form(layer: Any) -> Form | None:
+    """A block whose ``self`` mixes the tokens without weights and whose ``output`` takes the
+    residual, then a feed-forward chunk (FNet's Fourier transform): the first position's mix
+    is read off the mix of every position, and the rest runs on that position alone."""
+    if not hasattr(layer, "feed_forward_chunk"):
+        return None
+    for block in layer.children():
+        mixer, output = getattr(block, "self", None), getattr(block, "output", None)
+        if not (isinstance(mixer, nn.Module) and isinstance(output, nn.Module)) \
+                or any(True for _ in mixer.parameters()):
+            continue
+
+        def mix(hidden_states: torch.Tensor, mixer: nn.Module = mixer) -> torch.Tensor:
+            mixed = mixer(hidden_states)
+            return (mixed[0] if isinstance(mixed, tuple) else mixed)[:, :1]
+
+        def finish(ctx: torch.Tensor, first: torch.Tensor, output: nn.Module = output
+                   ) -> torch.Tensor:
+            return layer.feed_forward_chunk(output(ctx, first))
+
+        return Form("a token mix without weights, then an output block", None, finish, mix=mix)
+    return None
+
+
+FORMS = (_mixed_form, _bert_form, _lin_form, _relative_form, _inner_output_form,
+         _weightless_mix_form)
 """The layouts served, each recognised by its parts."""
 
 
@@ -400,7 +428,8 @@ def use_first_token_layer(model: nn.Module) -> str:
         parts = ", ".join(sorted({name.split(".")[-1] for name, m in layer.named_modules()
                                   if isinstance(m, nn.Linear)}))
         return (f"the last layer's attention has none of the forms served (separate query, "
-                f"key and value projections in one of {len(FORMS)} layouts); its linear "
+                f"key and value projections in one of {len(FORMS) - 1} layouts, or a mix "
+                f"without weights); its linear "
                 f"layers: {parts}")
     unread = [name for name in call.tensors if name not in form.takes]
     if unread:
@@ -466,8 +495,12 @@ def _forward_for(form: Form, as_tuple: bool) -> Callable[..., Any]:
     def forward(self: nn.Module, hidden_states: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, *args: Any, **kwargs: Any) -> Any:
         """The layer's output at the first position alone, (batch, 1, hidden)."""
-        context = first_token_attention(form.attention, hidden_states, attention_mask,
-                                        form.bias(args, kwargs))
+        if form.mix is not None:
+            context = form.mix(hidden_states)
+        else:
+            assert form.attention is not None
+            context = first_token_attention(form.attention, hidden_states, attention_mask,
+                                            form.bias(args, kwargs))
         if form.more_heads is not None:
             context = torch.cat([context, form.more_heads(hidden_states).to(context.dtype)], -1)
         out = form.finish(context, hidden_states[:, :1])

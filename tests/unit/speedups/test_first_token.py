@@ -17,6 +17,8 @@ from transformers import (
     ElectraForSequenceClassification,
     ErnieConfig,
     ErnieForSequenceClassification,
+    FNetConfig,
+    FNetForSequenceClassification,
     MPNetConfig,
     MPNetForSequenceClassification,
     RobertaConfig,
@@ -248,3 +250,27 @@ def test_folded_keys_and_values_match_projected_ones_under_dropout():
     expected = (probs @ value).transpose(1, 2).reshape(4, 1, 32)
     torch.testing.assert_close(folded, expected, atol=1e-5, rtol=1e-4)
     assert probs[1, ..., 5:].abs().sum() == 0
+
+
+def test_a_layer_whose_tokens_mix_without_weights_runs_on_one_position():
+    # FNet mixes tokens with a Fourier transform: the first position's mix still reads every
+    # token, the output block and feed-forward chunk then run on that position alone
+    torch.manual_seed(0)
+    full = FNetForSequenceClassification(FNetConfig(
+        vocab_size=60, hidden_size=32, num_hidden_layers=3, intermediate_size=64,
+        hidden_dropout_prob=0.0)).train()
+    cut = copy.deepcopy(full)
+    assert use_first_token_layer(cut) == ""
+    ids, labels = batch()["input_ids"], batch()["labels"]  # FNet takes no attention mask
+    seen = []
+    cut.fnet.encoder.layer[-1].intermediate.register_forward_hook(
+        lambda _m, _i, out: seen.append(tuple(out.shape)))
+    full_loss, cut_loss = full(input_ids=ids, labels=labels).loss, cut(input_ids=ids,
+                                                                        labels=labels).loss
+    full_loss.backward()
+    cut_loss.backward()
+    assert seen == [(4, 1, 64)]
+    torch.testing.assert_close(cut_loss, full_loss)
+    grads = dict(cut.named_parameters())
+    for name, p in full.named_parameters():
+        torch.testing.assert_close(grads[name].grad, p.grad, atol=1e-6, rtol=1e-4)
