@@ -32,7 +32,7 @@ from cpuft.optim import AdamW, clip_step, grad_norm
 from cpuft.speedplan.choices import choose_bf16_weights
 from cpuft.speedplan.speed_plan import Decision, SpeedPlan
 from cpuft.speedups.registry import PatchContext, SpeedUp, register
-from cpuft.speedups.trial import made_up_ids, untouched
+from cpuft.speedups.trial import error_line, made_up_ids, train_pass, untouched
 from cpuft.topology import Topology
 
 TRIED_UP_TO = 2_000_000_000
@@ -93,23 +93,6 @@ def _trial_inputs(model: nn.Module,
     return None
 
 
-def _a_float_output(out: Any) -> torch.Tensor | None:
-    if isinstance(out, torch.Tensor):
-        return out if out.is_floating_point() else None
-    values = out.values() if isinstance(out, Mapping) else out if isinstance(out, tuple) else ()
-    return next((v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()),
-                None)
-
-
-def _train_pass(model: nn.Module, inputs: dict[str, Any] | tuple[Any, ...]) -> None:
-    """A forward under bf16 autocast and a backward from the output's sum."""
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
-    found = _a_float_output(out)
-    if found is not None and found.requires_grad:
-        found.float().sum().backward()
-
-
 def why_bf16_weights_fail(model: nn.Module, example: Callable[[], Any] = lambda: None
                           ) -> str | None:
     """What a training pass raised with ``model``'s weights held in bf16 as ``Bf16Weights``
@@ -127,10 +110,9 @@ def why_bf16_weights_fail(model: nn.Module, example: Callable[[], Any] = lambda:
         try:
             for p in held:
                 p.data = p.data.to(torch.bfloat16)
-            _train_pass(model, inputs)
+            train_pass(model, inputs, "bf16")
         except Exception as e:
-            lines = str(e).strip().splitlines()
-            failed = f"{type(e).__name__}: {lines[0][:120] if lines else ''}"
+            failed = error_line(e, 120)
         finally:
             for p, data in zip(held, fp32, strict=True):
                 p.data, p.grad = data, None
@@ -138,11 +120,9 @@ def why_bf16_weights_fail(model: nn.Module, example: Callable[[], Any] = lambda:
                 hook.remove()
         if failed:
             try:  # made-up inputs this model does not take say nothing of bf16
-                _train_pass(model, inputs)
+                train_pass(model, inputs, "bf16")
             except Exception:
                 failed = None
-            for p in model.parameters():
-                p.grad = None
     return failed
 
 

@@ -36,7 +36,7 @@ from cpuft.speedplan.choices import MATMUL_ATTENTION
 from cpuft.speedups import dynamic_conv
 from cpuft.speedups.dropout import fast_dropout
 from cpuft.speedups.registry import PatchSpeedUp, register
-from cpuft.speedups.trial import evaluating, made_up_ids
+from cpuft.speedups.trial import error_line, evaluating, made_up_ids
 
 CHECK_TOLERANCE = 1e-4
 """Largest change of a logit, relative to the largest logit, that the checks take as none."""
@@ -445,8 +445,7 @@ def use_first_token_layer(model: nn.Module) -> str:
         moved = _moved(before, probe.first_output(layer))
     except Exception as e:  # parts of the layout's names that do other sums
         undo()
-        return (f"the last layer, taken as {form.name}, did not run ({type(e).__name__}: "
-                f"{str(e).splitlines()[0][:80]}): not served")
+        return f"the last layer, taken as {form.name}, did not run ({error_line(e)}): not served"
     if moved > CHECK_TOLERANCE:
         undo()
         return (f"the last layer as {form.name} gave another output at the first position "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -37,15 +37,40 @@ def untouched(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def pass_seconds(model: nn.Module, inputs: Any, precision: str | None) -> float:
-    """Seconds of one forward and backward pass on ``inputs`` (a tensor), bf16 autocast where
-    ``precision`` is bf16, the output's sum as the loss."""
-    started = time.perf_counter()
+def _a_float_output(out: Any) -> torch.Tensor | None:
+    if isinstance(out, torch.Tensor):
+        return out if out.is_floating_point() else None
+    values = out.values() if isinstance(out, Mapping) else out if isinstance(out, tuple) else ()
+    return next((v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()),
+                None)
+
+
+def train_pass(model: nn.Module, inputs: Any, precision: str | None) -> None:
+    """One forward pass on ``inputs`` (a tensor, a tuple of positional inputs or a dict of
+    keyword inputs), bf16 autocast where ``precision`` is bf16, and a backward pass from the
+    sum of its first floating-point output."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-        out = model(inputs)
-    loss = (out if isinstance(out, torch.Tensor) else out[0]).float().sum()
-    loss.backward()
+        if isinstance(inputs, dict):
+            out = model(**inputs)
+        else:
+            out = model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+    found = _a_float_output(out)
+    if found is None:
+        raise TypeError(f"the model gave {type(out).__name__}: no floating-point output")
+    found.float().sum().backward()
+
+
+def pass_seconds(model: nn.Module, inputs: Any, precision: str | None) -> float:
+    """Seconds of one ``train_pass``."""
+    started = time.perf_counter()
+    train_pass(model, inputs, precision)
     return time.perf_counter() - started
+
+
+def error_line(e: Exception, width: int = 80) -> str:
+    """``e``'s type and the first line of its message, cut at ``width`` characters."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:width] if lines else ''}"
 
 
 def made_up_ids(config: Any, length: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -103,7 +128,7 @@ def kept_if_unchanged(model: nn.Module, patch: Callable[[], None], undo: Callabl
         after = _output_on(model, batch)
         moved = float((after - before).abs().max() / before.abs().max().clamp_min(1e-6))
     except Exception as e:  # a form that only looks like the one served
-        moved, why = float("inf"), f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        moved, why = float("inf"), error_line(e)
     else:
         why = f"its output moved by {moved:.1e}"
     if moved > tolerance:
