@@ -201,3 +201,23 @@ def test_a_classifier_trains_and_evaluates_on_seeded_subsets(tiny_model, data_fi
     # the attention kernel was timed at the length of the run's batches, with the model's heads
     assert re.match(r"auto: measured at \d+ tokens, 2 heads of 16, dropout 0.1: matmul ",
                     runs[0]["speedups"]["attention_reason"]), runs[0]["speedups"]
+
+
+def test_a_model_of_1d_convolutions_is_measured_on_the_runs_first_batch(tmp_path, data_file):
+    # SqueezeBERT's projections are 1x1 Conv1d: the recipe hands its first batch to the
+    # channels-last measurement, which no made-up shape may stand in for
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from tests.helpers import make_tiny_model
+
+    folder = make_tiny_model(tmp_path / "squeezebert")
+    vocab = AutoConfig.from_pretrained(folder).vocab_size
+    config = AutoConfig.for_model("squeezebert", vocab_size=vocab, hidden_size=32,
+                                  embedding_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64)
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
+    out = tmp_path / "out"
+    assert main(train_args(folder, data_file, out, "--max-steps", "2")) == 0
+    reason = json.loads((out / "summary.json").read_text())["speedups"]["channels_last_reason"]
+    assert reason.startswith("measured on the first batch: 12 1-d convolution(s) run as "
+                             "height-1 2-d ones"), reason

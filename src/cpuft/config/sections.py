@@ -217,7 +217,7 @@ class SpeedupConfig:
     kernel as shifted sums rather than gathered windows; the output is unchanged (checked)."""
     channels_last: bool = True
     """For convolutional networks, the channels-last memory format where a measurement finds it
-    faster."""
+    faster (1-d convolutions: run as height-1 2-d ones, which read such inputs as they lie)."""
     bf16_weights: bool = True
     """With bf16: hold the weights (not the embeddings) in bf16 while training, with fp32
     masters in the optimizer, instead of fp32 weights cast at every use."""

@@ -114,7 +114,8 @@ def build_run(cfg: TrainConfig, plan: SpeedPlan, *, recipe: Recipe | None = None
     rank, world = (dist.info.rank, dist.info.world_size) if dist else (0, 1)
     source = task.batches(plan, rank, world)  # its padding is the plan's, not a speed-up's
     padded = getattr(source, "padded_length", None)
-    plan = apply_speedups(task.model, plan, sequence_length=padded() if callable(padded)
+    plan = apply_speedups(task.model, plan, example_input=lambda: next(source.iterate(0), None),
+                          sequence_length=padded() if callable(padded)
                           else cfg.data.max_seq_length)
     o = cfg.optimization
     steps_per_epoch = math.ceil(source.num_batches(0) / o.grad_accum)
