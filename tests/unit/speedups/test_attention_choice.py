@@ -60,3 +60,20 @@ def test_a_model_outside_the_attention_interface_keeps_its_own(family, monkeypat
     decided = attention.AttentionSpeedUp().apply(model, Decision("cpuft_eager", "auto: ..."), ctx)
     assert decided.reason.startswith("the model computes its attention its own way")
     assert model.config._attn_implementation == decided.value != "cpuft_eager"
+
+
+def test_the_heads_are_read_off_the_attention_not_the_layers_width(monkeypatch):
+    # MobileBERT's attention is 4 heads of 8 inside 64-wide layers: timing 4 heads of 16 once
+    # chose sdpa for it, whose math fallback then cost a tenth of its step
+    config = AutoConfig.for_model("mobilebert", vocab_size=60, hidden_size=64,
+                                  true_hidden_size=32, intra_bottleneck_size=32,
+                                  embedding_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                  intermediate_size=64)
+    model = AutoModelForSequenceClassification.from_config(config)
+    assert attention.head_shape(model) == (4, 8)
+    seen = []
+    monkeypatch.setattr(attention, "matmul_attention_gain",
+                        lambda *shape: seen.append(shape) or 1.2)
+    _, reason = measured_choice(model, "cpuft_eager", 32, "bf16", RULE)
+    assert seen == [(4, 8, 32, torch.bfloat16, 0.1)]
+    assert reason.startswith("auto: measured at 32 tokens, 4 heads of 8, dropout 0.1")
