@@ -119,10 +119,10 @@ def head_shape(model: Any) -> tuple[int, int] | None:
         if heads and size:
             return heads, size
     cfg = getattr(model, "config", None)
-    heads, hidden = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
-    if not isinstance(heads, int) or not isinstance(hidden, int) or heads < 1:
+    count, hidden = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
+    if not isinstance(count, int) or not isinstance(hidden, int) or count < 1:
         return None
-    return heads, int(getattr(cfg, "head_dim", None) or hidden // heads)
+    return count, int(getattr(cfg, "head_dim", None) or hidden // count)
 
 
 def _first_int(module: Any, *names: str) -> int:

@@ -79,6 +79,9 @@ class Form:
     mix: Callable[[torch.Tensor], torch.Tensor] | None = None
     """In place of attention: the first position's context (batch, 1, width) from every
     position, where tokens mix without weights."""
+    sources: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+    """Where the attention reads other tensors than the layer's input: (the queries' and keys'
+    input, the values' input) from the layer's input."""
 
 
 def _attention(module: Any, names: tuple[str, str, str], heads: int, scaling: float | None,
@@ -231,16 +234,56 @@ def _weightless_mix_form(layer: Any) -> Form | None:
     return None
 
 
+def _bottleneck_form(layer: Any) -> Form | None:
+    """Query and key from a bottleneck of the layer's input (or the input itself), values from
+    the input or that bottleneck, an output block whose residual is the input's bottleneck,
+    then feed-forward blocks and an output that takes the layer's input as well (MobileBERT's
+    layout, in each of its bottleneck settings)."""
+    attention: Any = getattr(layer, "attention", None)
+    sa, output = getattr(attention, "self", None), getattr(attention, "output", None)
+    att = _attention(sa, ("query", "key", "value"), _heads(sa, "num_attention_heads"),
+                     getattr(sa, "scaling", None))
+    narrowed = getattr(layer, "use_bottleneck", None)
+    bottleneck: Any = getattr(layer, "bottleneck", None)
+    ffns = getattr(layer, "ffn", None) if getattr(layer, "num_feedforward_networks", 1) != 1 \
+        else []
+    if att is None or output is None or not isinstance(narrowed, bool) or not all(
+            isinstance(getattr(layer, n, None), nn.Module) for n in ("intermediate", "output")) \
+            or (narrowed and not isinstance(getattr(bottleneck, "input", None), nn.Module)) \
+            or not isinstance(ffns, (list, nn.ModuleList)):
+        return None
+
+    def sources(hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not narrowed:
+            return hidden_states, hidden_states
+        if getattr(bottleneck, "use_bottleneck_attention", False):
+            narrow = bottleneck.input(hidden_states)
+            return narrow, narrow
+        if getattr(bottleneck, "key_query_shared_bottleneck", False):
+            return bottleneck.attention(hidden_states), hidden_states
+        return hidden_states, hidden_states
+
+    def finish(ctx: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        attended = output(ctx, bottleneck.input(first) if narrowed else first)
+        for ffn in ffns:
+            attended = ffn(attended)
+        return layer.output(layer.intermediate(attended), attended, first)
+
+    return Form("query and key from a bottleneck, then feed-forward blocks", att, finish,
+                sources=sources)
+
+
 FORMS = (_mixed_form, _bert_form, _lin_form, _relative_form, _inner_output_form,
-         _weightless_mix_form)
+         _bottleneck_form, _weightless_mix_form)
 """The layouts served, each recognised by its parts."""
 
 
 def first_token_attention(att: Attention, hidden_states: torch.Tensor,
-                          mask: torch.Tensor | None, bias: torch.Tensor | None = None
-                          ) -> torch.Tensor:
+                          mask: torch.Tensor | None, bias: torch.Tensor | None = None,
+                          values: torch.Tensor | None = None) -> torch.Tensor:
     """The first position's multi-head attention context over all positions, (batch, 1, heads *
-    head size), with keys and values folded into the query (see the module's docstring).
+    head size), with keys and values folded into the query (see the module's docstring). The
+    query and keys are of ``hidden_states``, the values of ``values`` where given.
     ``mask`` and ``bias`` are added to the scores as the model gives them (the first query's
     row is read)."""
     batch, _, width = hidden_states.shape
@@ -261,8 +304,10 @@ def first_token_attention(att: Attention, hidden_states: torch.Tensor,
             if row.dtype == torch.bool else scores + row
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(hidden_states.dtype)
     probs = att.dropout(probs)
-    mixed = torch.bmm(probs, hidden_states)  # each head's weighted mean token
-    context = torch.einsum("bhk,hdk->bhd", mixed, att.value.weight.view(heads, size, width))
+    values = hidden_states if values is None else values
+    mixed = torch.bmm(probs, values)  # each head's weighted mean token
+    context = torch.einsum("bhk,hdk->bhd", mixed,
+                           att.value.weight.view(heads, size, values.shape[-1]))
     if att.value.bias is not None:  # dropout leaves the weights summing to other than 1
         context = context + probs.sum(-1, keepdim=True) * att.value.bias.view(heads, size)
     return context.reshape(batch, 1, heads * size)
@@ -498,8 +543,10 @@ def _forward_for(form: Form, as_tuple: bool) -> Callable[..., Any]:
             context = form.mix(hidden_states)
         else:
             assert form.attention is not None
-            context = first_token_attention(form.attention, hidden_states, attention_mask,
-                                            form.bias(args, kwargs))
+            keys, values = (hidden_states, hidden_states) if form.sources is None \
+                else form.sources(hidden_states)
+            context = first_token_attention(form.attention, keys, attention_mask,
+                                            form.bias(args, kwargs), values)
         if form.more_heads is not None:
             context = torch.cat([context, form.more_heads(hidden_states).to(context.dtype)], -1)
         out = form.finish(context, hidden_states[:, :1])
