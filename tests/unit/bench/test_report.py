@@ -321,6 +321,22 @@ def test_flops_are_counted_as_the_step_runs_them_and_the_peak_at_the_models_shap
     assert nominal_flops_per_sample(model, 10.0) == 6 * params * 10 + 12 * 2 * 16 * 100
 
 
+@pytest.mark.parametrize("groups", [1, 4])
+def test_a_grouped_convolutions_gradients_count_as_many_products_as_its_forward(groups):
+    # torch's counter takes the weight gradient of a grouped convolution as ungrouped
+    import torch
+    from torch import nn
+
+    from cpuft.bench.flops import executed_flops
+
+    conv = nn.Conv1d(16, 32, 1, groups=groups)
+    x = torch.randn(3, 16, 5, requires_grad=True)
+    forward = 2 * 3 * 5 * 16 * 32 // groups
+    assert executed_flops(lambda: conv(x).sum().backward()) == 3 * forward
+    frozen_input = torch.randn(3, 16, 5)  # no input gradient asked for: the weight's alone
+    assert executed_flops(lambda: conv(frozen_input).sum().backward()) == 2 * forward
+
+
 def test_many_models_wrap_onto_rows(tmp_path):
     import matplotlib.image
 
