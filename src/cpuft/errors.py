@@ -13,3 +13,14 @@ class CpuftError(ValueError):
 
 class CpuftTypeError(CpuftError, TypeError):
     """A value of the wrong type given to the library: a ``TypeError`` too."""
+
+
+def first_line(error: BaseException | str, width: int = 160) -> str:
+    """The first line of ``error``'s message with text on it, cut at ``width`` characters; an
+    exception's type name where its message is empty (a bare ``str(e).splitlines()[0]`` raises
+    IndexError there, in the middle of reporting another error)."""
+    text = str(error)
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    if not line and isinstance(error, BaseException):
+        line = type(error).__name__
+    return line[:width]

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from cpuft.errors import CpuftError
+from cpuft.errors import CpuftError, first_line
 
 FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
     ".csv": ("csv", {"keep_default_na": False}),
@@ -45,7 +45,7 @@ def load_table(path: str | Path, column_names: tuple[str, ...] | None = None) ->
         cause = e.__cause__ or e
         if "corresponds to no data" in str(cause):  # datasets' words for a header alone
             raise CpuftError(f"{p}: the file has no rows (a header alone?)") from None
-        raise CpuftError(f"{p}: cannot read it as {p.suffix[1:]}: {str(cause).splitlines()[0]}") \
+        raise CpuftError(f"{p}: cannot read it as {p.suffix[1:]}: {first_line(cause)}") \
             from None
     if len(ds) == 0:
         raise CpuftError(f"{p}: the file has no rows")

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 import torch
 from torch import nn
 
-from cpuft.errors import CpuftError
+from cpuft.errors import CpuftError, first_line
 
 PREFIX = "checkpoint-"
 STATE_FILE = "state.pt"
@@ -113,7 +113,7 @@ def _save(output_dir: Path, step: int, write: Callable[[BinaryIO], object], keep
         free = shutil.disk_usage(disk).free // 2**20 if disk.exists() else 0
         last = latest_checkpoint(output_dir)
         kept = f"; the last checkpoint, {last}, is intact" if last else ""
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        why = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e)
         raise CpuftError(f"cannot write checkpoint {final} on {disk} ({free} MiB free: {why})"
                          f"{kept}: free some space, then rerun with --resume") from None
     old = None
@@ -143,7 +143,7 @@ def _readable(path: Path) -> str:
     try:
         torch.load(path / STATE_FILE, weights_only=True)
     except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        first = first_line(e, 10_000)
         # torch's own advice (weights_only=False) would run code from the file: never given.
         return "not a checkpoint cpuft wrote" if "weights_only" in first else first[:160]
     return ""

@@ -28,7 +28,7 @@ from cpuft.data.lm import (
 )
 from cpuft.data.prepare import Encoded
 from cpuft.data.subset import SUBSET_SEED, seeded_subset
-from cpuft.errors import CpuftError
+from cpuft.errors import CpuftError, first_line
 from cpuft.log import get_logger
 from cpuft.recipes.adapter_card import write_portable_adapter
 from cpuft.recipes.base import Task
@@ -116,7 +116,7 @@ def apply_lora(model: nn.Module, cfg: TrainConfig) -> nn.Module:
         return get_peft_model(model, config)
     except ValueError as e:
         raise CpuftError(f"--lora-targets {','.join(m.lora_targets)}: "
-                         f"{str(e).splitlines()[0][:200]}") from None
+                         f"{first_line(e, 200)}") from None
 
 
 @dataclass(kw_only=True)

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from cpuft.data.labels import LabelMap
-from cpuft.errors import CpuftError
+from cpuft.errors import CpuftError, first_line
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 
@@ -56,7 +56,7 @@ def resolve_model(name: str) -> str:
 
 
 def _offline_error(name: str, cause: BaseException | None = None) -> CpuftError:
-    why = f" ({str(cause).splitlines()[0][:120]})" if cause else ""
+    why = f" ({first_line(cause, 120)})" if cause else ""
     return CpuftError(
         f"cannot fetch {name!r} from the Hugging Face hub{why}: this machine is offline or "
         "HF_HUB_OFFLINE=1 is set; pass a local model folder with --model DIR"
@@ -147,7 +147,7 @@ def load_classifier(name: str, label_map: LabelMap) -> Any:
         return AutoModelForSequenceClassification.from_pretrained(name, **kwargs)
     except SafetensorError as e:
         raise CpuftError(f"--model {name}: the weights file is damaged or cut short "
-                         f"({str(e).splitlines()[0]})") from None
+                         f"({first_line(e)})") from None
     except OSError as e:
         if Path(name).is_dir():
             raise CpuftError(f"--model {name}: cannot load the weights ({e})") from None
@@ -207,9 +207,9 @@ def load_causal_lm(folder: str, gguf_file: str | None) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     except ValueError as e:
         raise CpuftError(f"--model {where}: not a causal language model "
-                         f"({str(e).splitlines()[0][:160]})") from None
+                         f"({first_line(e)})") from None
     except OSError as e:
-        raise CpuftError(f"--model {where}: cannot load it ({str(e).splitlines()[0]})") \
+        raise CpuftError(f"--model {where}: cannot load it ({first_line(e)})") \
             from None
     architectures = getattr(model.config, "architectures", None) or []
     if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cpuft.config import CausalLmConfig, TrainConfig
-from cpuft.errors import CpuftError
+from cpuft.errors import CpuftError, first_line
 from cpuft.log import get_logger
 
 LOG = get_logger(__name__)
@@ -41,7 +41,7 @@ def _unreadable_gguf(path: str) -> str:
 
         GGUFReader(path)
     except Exception as e:  # any failure to parse is the answer sought
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" if str(e) else \
+        return f"{type(e).__name__}: {first_line(e, 120)}" if str(e).strip() else \
             type(e).__name__
     return ""
 
@@ -64,7 +64,7 @@ def check_memory(folder: str, gguf_file: str | None, cfg: TrainConfig,
             raise CpuftError(f"--model {where}: the GGUF file does not read, truncated or "
                              f"damaged ({damaged})") from None
         raise CpuftError(f"--model {where}: not a causal language model "
-                         f"({str(e).splitlines()[0][:160]})") from None
+                         f"({first_line(e)})") from None
     params = sum(p.numel() for p in skeleton.parameters())
     m = cfg.of(CausalLmConfig)
     trainable = params if m.lora_r == 0 else _lora_params(skeleton, m.lora_r, m.lora_targets)
