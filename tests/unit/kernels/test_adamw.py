@@ -117,6 +117,58 @@ def test_a_fused_step_matches_clip_step_then_publish(micro_batches):
             torch.testing.assert_close(sb["exp_avg"], sa["exp_avg"], rtol=1e-5, atol=1e-9)
 
 
+def test_steps_reuse_their_arrays_until_a_loaded_state_brings_other_tensors(monkeypatch):
+    """Three fused steps, the optimizer's state saved and loaded before the third: reading the
+    tensors' addresses once (and again after the load) steps exactly as reading them at every
+    step does."""
+    import io
+
+    prepares = []
+    original = type(kernel()).prepare
+    monkeypatch.setattr(type(kernel()), "prepare",
+                        lambda self, *a: prepares.append(len(a[0])) or original(self, *a))
+    runs = {}
+    for forget in (False, True):
+        prepares.clear()
+        model = big_bert()
+        weights = Bf16Weights(model, fused=True)
+        optimizer = build_optimizer(model, lr=1e-2, weight_decay=0.1, fused=True,
+                                    stand_in=weights.master)
+        trained = [p for g in optimizer.param_groups for p in g["params"]]
+        for step in range(3):
+            if step == 2:
+                saved = io.BytesIO()
+                torch.save(optimizer.state_dict(), saved)
+                saved.seek(0)
+                optimizer.load_state_dict(torch.load(saved, weights_only=True))
+            if forget:  # every step reads the addresses and counts afresh
+                weights._prepared.clear()
+                weights._counts.clear()
+            torch.manual_seed(step)
+            backward(model)
+            weights.fold_grads(last=True)
+            weights.step(optimizer, trained, max_norm=0.5)
+        runs[forget] = (weights, optimizer, len(prepares))
+    (kept, kept_opt, kept_prepares), (fresh, fresh_opt, fresh_prepares) = runs[False], runs[True]
+    groups = len(kept_opt.param_groups)
+    # one array set a parameter group, read at the first step and again after the load
+    assert kept_prepares == 2 * groups and fresh_prepares == 3 * groups
+    for a, b in zip(fresh.masters, kept.masters, strict=True):
+        assert torch.equal(a, b)
+    for p, m in zip(kept.low, kept.masters, strict=True):
+        assert torch.equal(p.detach(), m.bfloat16())
+    for a, b in zip(fresh_opt.state.values(), kept_opt.state.values(), strict=True):
+        assert float(a["step"]) == float(b["step"]) == 3.0
+        assert torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+    # the counts, views of one tensor, save and load as separate counts
+    saved = io.BytesIO()
+    torch.save(kept_opt.state_dict(), saved)
+    saved.seek(0)
+    state = torch.load(saved, weights_only=True)["state"]
+    assert len(state) == len(kept_opt.state)
+    assert all(float(s["step"]) == 3.0 for s in state.values())
+
+
 def test_without_a_compiler_the_step_falls_back_and_says_why(monkeypatch, tmp_path):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("CPUFT_CACHE", str(tmp_path))
