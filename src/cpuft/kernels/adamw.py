@@ -17,7 +17,7 @@ _PTRS = ctypes.c_void_p
 
 def _pointers(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> ctypes.Array[_PTRS]:
     for t in tensors:
-        if t.dtype != dtype or not t.is_contiguous() or t.device.type != "cpu":
+        if t.dtype != dtype or not t.is_contiguous() or not t.is_cpu:
             raise ValueError(f"expected contiguous CPU {dtype} tensors, got {t.dtype} "
                              f"{'contiguous' if t.is_contiguous() else 'strided'} on {t.device}")
     return (_PTRS * len(tensors))(*[t.data_ptr() for t in tensors])

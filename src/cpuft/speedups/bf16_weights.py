@@ -143,6 +143,7 @@ class Bf16Weights:
         # and the kernel's arrays of the tensors stepped
         self._counts: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, ...]]] = {}
         self._prepared: dict[tuple[int, bool], Prepared] = {}
+        self._roster_of: tuple[Any, list[list[tuple[torch.Tensor, torch.Tensor]]]] = ((), [])
         embeddings, held = _held(model)
         self.low: list[torch.Tensor] = []
         self.masters: list[torch.Tensor] = []
@@ -216,8 +217,8 @@ class Bf16Weights:
             self.publish()
             return
         low_of = self._low_of
-        ours = [[m for m in g["params"] if id(m) in low_of
-                 and (m.grad is not None or low_of[id(m)].grad is not None)] for g in groups]
+        ours = [[m for m, p in pairs if m.grad is not None or p.grad is not None]
+                for pairs in self._roster(groups)]
         grads: dict[int, torch.Tensor] = {}
         for m in (m for group in ours for m in group):
             grad = m.grad if m.grad is not None else low_of[id(m)].grad
@@ -244,6 +245,17 @@ class Bf16Weights:
         # The masters hold no gradient now, so this steps the others alone (and, with none,
         # still counts a step for the schedulers and hooks that watch the optimizer).
         optimizer.step(grad_scale=torch.tensor(divisor))
+
+    def _roster(self, groups: list[dict[str, Any]]
+                ) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Each parameter group's masters with their bf16 weights, found again only where the
+        groups' lists of parameters changed."""
+        key = tuple((id(g["params"]), len(g["params"])) for g in groups)
+        if self._roster_of[0] != key:
+            low_of = self._low_of
+            self._roster_of = (key, [[(m, low_of[id(m)]) for m in g["params"] if id(m) in low_of]
+                                     for g in groups])
+        return self._roster_of[1]
 
     def _kernel_step(self, optimizer: AdamW, index: int, masters: list[torch.Tensor],
                      grads: dict[int, torch.Tensor], low_of: dict[int, torch.Tensor],
@@ -336,7 +348,7 @@ class Bf16Weights:
         for hook in self._hooks:
             hook.remove()
         self.low, self.masters, self._hooks, self._grad_slots = [], [], [], []
-        self._prepared, self._counts = {}, {}
+        self._prepared, self._counts, self._roster_of = {}, {}, ((), [])
         self.frozen = []
         self._low_of = {}
 
