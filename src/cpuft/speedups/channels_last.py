@@ -11,8 +11,8 @@ differ in which layout wins, and many refuse shapes they were not built for.
 reordering an input whose channels are its fastest dimension (a transformer's hidden states
 seen as (batch, channels, length), as SqueezeBERT's are) before and after each call. Run as a
 2-d convolution over a height-1 view, the same input is a channels-last image and is read as it
-lies: on SqueezeBERT-base's grouped 1x1 convolutions (batch 16 of 128 tokens, bf16) forward and
-backward took 0.2-0.4 of the time. The 1-d path is measured the same way, on the run's first
+lies: on SqueezeBERT-base's 1x1 convolutions (batch 16 of 128 tokens, bf16) forward and
+backward took 0.2-0.5 of the time. The 1-d path is measured the same way, on the run's first
 batch, both ways in turns.
 """
 
@@ -61,6 +61,8 @@ def use_channels_last(model: nn.Module, example: torch.Tensor | None,
                        "example_input= a batch of your images (cpuft.fit takes its data's "
                        "first)")
     images = example
+    if not isinstance(images, torch.Tensor):
+        return False, "not measured: the example input is not a tensor of images"
     if images.dim() != 4:
         return False, f"the example input has {images.dim()} dimensions, not an image batch's 4"
     shape = "x".join(str(n) for n in images.shape)
@@ -77,6 +79,7 @@ def use_channels_last(model: nn.Module, example: torch.Tensor | None,
                                       True: one_pass(torch.channels_last)}, rounds)
     except Exception as e:  # a model that cannot run the batch: leave it as it was
         _set_layout(model, torch.contiguous_format)
+        shared(0.0)  # every rank of a job takes part in the choice, whatever it measured
         return False, (f"not measured: the model did not run forward and backward on the "
                        f"{shape} example ({type(e).__name__})")
     own_gain = seconds[False] / seconds[True] if seconds[True] else 0.0
@@ -153,6 +156,7 @@ def use_height_one_convs(model: nn.Module, example: Any, precision: str | None,
             seconds = timed_in_turns({False: one_pass(False), True: one_pass(True)}, rounds)
     except Exception as e:
         undo()
+        shared(0.0)  # every rank of a job takes part in the choice, whatever it measured
         return False, f"not measured: the model did not train on its first batch ({error_line(e)})"
     own_gain = seconds[False] / seconds[True] if seconds[True] else 0.0
     gain = shared(own_gain)

@@ -100,6 +100,12 @@ class Mnist(nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
+def test_a_batch_that_is_no_image_tensor_is_not_measured_on() -> None:
+    # the recipes hand over their first batch, a dict of token ids
+    on, reason = use_channels_last(_cnn(), {"input_ids": torch.zeros(2, 3)}, "fp32")
+    assert not on and reason == "not measured: the example input is not a tensor of images"
+
+
 def test_layout_is_measured_on_the_users_own_batch_never_a_made_up_one() -> None:
     import cpuft
 

@@ -93,11 +93,13 @@ def test_without_a_batch_of_its_own_nothing_is_measured_or_patched():
 
 
 def test_a_model_that_cannot_train_on_the_batch_is_left_as_it_was():
-    model = _convnet()
-    on, reason = use_height_one_convs(model, torch.randn(2, 3, 16), "fp32", rounds=1)
+    model, seen = _convnet(), []
+    on, reason = use_height_one_convs(model, torch.randn(2, 3, 16), "fp32", rounds=1,
+                                      shared=lambda gain: seen.append(gain) or MIN_GAIN + 1)
     assert not on and reason.startswith("not measured: the model did not train on its first "
                                         "batch (RuntimeError: ")
     assert _patched(model) == [False, False, False]
+    assert seen == [0.0]  # it still took part in the job's choice: no rank waits on it
 
 
 def test_squeezebert_is_measured_on_the_runs_first_batch(monkeypatch):
