@@ -43,6 +43,27 @@ class Prepared:
     numels: ctypes.Array[ctypes.c_int64]
 
 
+def bf16_addresses(grads: Sequence[torch.Tensor | None], sizes: Sequence[int]
+                   ) -> list[int] | None:
+    """The addresses of ``grads`` where each is a contiguous CPU bf16 tensor of its size in
+    ``sizes``; None where one is not (or is missing)."""
+    found = []
+    for g, size in zip(grads, sizes, strict=True):
+        if g is None or g.dtype != torch.bfloat16 or not g.is_contiguous() or not g.is_cpu \
+                or g.numel() != size:
+            return None
+        found.append(g.data_ptr())
+    return found
+
+
+def address_array(found: Sequence[int]) -> ctypes.Array[_PTRS]:
+    return (_PTRS * len(found))(*found)
+
+
+def size_array(sizes: Sequence[int]) -> ctypes.Array[ctypes.c_int64]:
+    return (ctypes.c_int64 * len(sizes))(*sizes)
+
+
 class AdamWBf16:
     """The two functions of adamw_bf16.c, bound from their C prototypes."""
 
@@ -53,9 +74,14 @@ class AdamWBf16:
         """The sum of the squares of every element of the bf16 ``grads``, in double."""
         if not grads:
             return 0.0
-        sizes = (ctypes.c_int64 * len(grads))(*[g.numel() for g in grads])
-        return float(self._sum_squares(n=len(grads), grads=_pointers(grads, torch.bfloat16),
-                                       sizes=sizes))
+        return self.sum_squares_at(_pointers(grads, torch.bfloat16),
+                                   size_array([g.numel() for g in grads]))
+
+    def sum_squares_at(self, grads: ctypes.Array[_PTRS],
+                       sizes: ctypes.Array[ctypes.c_int64]) -> float:
+        """``sum_squares`` of bf16 gradients given by their addresses and sizes."""
+        return float(self._sum_squares(n=len(grads), grads=grads, sizes=sizes)) \
+            if len(grads) else 0.0
 
     def prepare(self, masters: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
                 exp_avg_sqs: Sequence[torch.Tensor], weights: Sequence[torch.Tensor]
@@ -73,7 +99,7 @@ class AdamWBf16:
                         exp_avgs=_pointers(exp_avgs, torch.float32),
                         exp_avg_sqs=_pointers(exp_avg_sqs, torch.float32),
                         weights=_pointers(weights, torch.bfloat16),
-                        numels=(ctypes.c_int64 * n)(*sizes))
+                        numels=size_array(sizes))
 
     def step(self, *, grads: Sequence[torch.Tensor], masters: Sequence[torch.Tensor] = (),
              exp_avgs: Sequence[torch.Tensor] = (), exp_avg_sqs: Sequence[torch.Tensor] = (),
@@ -96,8 +122,19 @@ class AdamWBf16:
             if g.numel() != size:
                 raise ValueError(f"sizes differ: gradient {g.numel()}, master {size}")
         low = grads[0].dtype == torch.bfloat16
-        grad_ptrs = _pointers(grads, torch.bfloat16 if low else torch.float32)
-        self._step(n=n, grads16=grad_ptrs if low else None, grads32=None if low else grad_ptrs,
+        self.step_at(_pointers(grads, torch.bfloat16 if low else torch.float32), low,
+                     prepared=prepared, decay=decay, step_size=step_size, bc2_sqrt=bc2_sqrt,
+                     beta1=beta1, beta2=beta2, eps=eps, grad_divisor=grad_divisor)
+
+    def step_at(self, grads: ctypes.Array[_PTRS], low: bool, *, prepared: Prepared,
+                decay: Sequence[float], step_size: Sequence[float], bc2_sqrt: Sequence[float],
+                beta1: float, beta2: float, eps: float, grad_divisor: float) -> None:
+        """``step`` with the gradients given by their addresses (bf16 where ``low``, else
+        fp32), one a tensor of ``prepared`` and of its size."""
+        n = len(prepared.sizes)
+        if len(grads) != n:
+            raise ValueError("grads, masters, moments and weights differ in number")
+        self._step(n=n, grads16=grads if low else None, grads32=None if low else grads,
                    masters=prepared.masters, exp_avgs=prepared.exp_avgs,
                    exp_avg_sqs=prepared.exp_avg_sqs, weights=prepared.weights,
                    sizes=prepared.numels,

@@ -123,13 +123,17 @@ def test_steps_reuse_their_arrays_until_a_loaded_state_brings_other_tensors(monk
     step does."""
     import io
 
-    prepares = []
+    prepares, steady = [], []
     original = type(kernel()).prepare
     monkeypatch.setattr(type(kernel()), "prepare",
                         lambda self, *a: prepares.append(len(a[0])) or original(self, *a))
+    steady_step = Bf16Weights._steady_step
+    monkeypatch.setattr(Bf16Weights, "_steady_step",
+                        lambda self, *a: steady.append(steady_step(self, *a)) or steady[-1])
     runs = {}
     for forget in (False, True):
         prepares.clear()
+        steady.clear()
         model = big_bert()
         weights = Bf16Weights(model, fused=True)
         optimizer = build_optimizer(model, lr=1e-2, weight_decay=0.1, fused=True,
@@ -144,11 +148,14 @@ def test_steps_reuse_their_arrays_until_a_loaded_state_brings_other_tensors(monk
             if forget:  # every step reads the addresses and counts afresh
                 weights._prepared.clear()
                 weights._counts.clear()
+                weights._steady = None
             torch.manual_seed(step)
             backward(model)
             weights.fold_grads(last=True)
             weights.step(optimizer, trained, max_norm=0.5)
         runs[forget] = (weights, optimizer, len(prepares))
+        # the second step reuses the first's arrays; the load sends the third the long way
+        assert steady == ([False] * 3 if forget else [False, True, False])
     (kept, kept_opt, kept_prepares), (fresh, fresh_opt, fresh_prepares) = runs[False], runs[True]
     groups = len(kept_opt.param_groups)
     # one array set a parameter group, read at the first step and again after the load
