@@ -15,9 +15,14 @@ from cpuft.kernels.signature import Kernel
 _PTRS = ctypes.c_void_p
 
 
+def _readable(t: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether the kernel can read ``t`` as an array of ``dtype``."""
+    return t.dtype == dtype and t.is_contiguous() and t.is_cpu
+
+
 def _pointers(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> ctypes.Array[_PTRS]:
     for t in tensors:
-        if t.dtype != dtype or not t.is_contiguous() or not t.is_cpu:
+        if not _readable(t, dtype):
             raise ValueError(f"expected contiguous CPU {dtype} tensors, got {t.dtype} "
                              f"{'contiguous' if t.is_contiguous() else 'strided'} on {t.device}")
     return (_PTRS * len(tensors))(*[t.data_ptr() for t in tensors])
@@ -49,8 +54,7 @@ def bf16_addresses(grads: Sequence[torch.Tensor | None], sizes: Sequence[int]
     ``sizes``; None where one is not (or is missing)."""
     found = []
     for g, size in zip(grads, sizes, strict=True):
-        if g is None or g.dtype != torch.bfloat16 or not g.is_contiguous() or not g.is_cpu \
-                or g.numel() != size:
+        if g is None or not _readable(g, torch.bfloat16) or g.numel() != size:
             return None
         found.append(g.data_ptr())
     return found

@@ -258,10 +258,7 @@ class Bf16Weights:
         folded = [m for group in ours for m in group if m.grad is not None]
         if folded:
             squares += float(grad_norm(folded)) ** 2
-        others = [p for p in self._others(params) if p.grad is not None]
-        if others:
-            squares += float(grad_norm(others)) ** 2
-        divisor = _divisor(squares, max_norm)
+        divisor = self._divisor(squares, params, max_norm)
         for index, masters in enumerate(ours):
             self._kernel_step(optimizer, index, masters, grads, low_of, divisor)
         if steady and all(len(a) == len(b) for a, b in zip(ours, roster, strict=True)) \
@@ -275,6 +272,14 @@ class Bf16Weights:
         # The masters hold no gradient now, so this steps the others alone (and, with none,
         # still counts a step for the schedulers and hooks that watch the optimizer).
         optimizer.step(grad_scale=torch.tensor(divisor))
+
+    def _divisor(self, squares: float, params: list[torch.Tensor], max_norm: float) -> float:
+        """``_divisor`` of the norm over the held weights' gradients (``squares``) and those
+        of the other parameters (the embeddings)."""
+        others = [p for p in self._others(params) if p.grad is not None]
+        if others:
+            squares += float(grad_norm(others)) ** 2
+        return _divisor(squares, max_norm)
 
     def _others(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
         """The parameters of ``params`` that are not held in bf16 (the embeddings)."""
@@ -316,21 +321,12 @@ class Bf16Weights:
         assert self._kernel is not None
         squares = self._kernel.sum_squares_at(address_array([a for at in found for a in at]),
                                               steady.sizes)
-        others = [p for p in self._others(params) if p.grad is not None]
-        if others:
-            squares += float(grad_norm(others)) ** 2
-        divisor = _divisor(squares, max_norm)
+        divisor = self._divisor(squares, params, max_norm)
         for at, (index, _, prepared, counts) in zip(found, steady.groups, strict=True):
-            group = groups[index]
             counts.add_(1.0)
-            lr, (beta1, beta2) = float(group["lr"]), group["betas"]
-            steps = counts.tolist()
-            self._kernel.step_at(
-                address_array(at), True, prepared=prepared,
-                decay=[1 - lr * group["weight_decay"]] * len(steps),
-                step_size=[lr / (1 - beta1 ** n) for n in steps],
-                bc2_sqrt=[math.sqrt(1 - beta2 ** n) for n in steps],
-                beta1=beta1, beta2=beta2, eps=group["eps"], grad_divisor=divisor)
+            self._kernel.step_at(address_array(at), True, prepared=prepared,
+                                 grad_divisor=divisor,
+                                 **_adamw_terms(groups[index], counts.tolist()))
         for p in self.low:
             p.grad = None
         optimizer.step(grad_scale=torch.tensor(divisor))
@@ -365,7 +361,6 @@ class Bf16Weights:
         if not states:
             return
         steps = self._counted(index, states)
-        lr, (beta1, beta2) = float(group["lr"]), group["betas"]
         for low in (True, False):
             picked = [i for i, m in enumerate(masters)
                       if (grads[id(m)].dtype == torch.bfloat16) == low]
@@ -375,12 +370,9 @@ class Bf16Weights:
                 (index, low), [masters[i] for i in picked], [states[i]["exp_avg"] for i in picked],
                 [states[i]["exp_avg_sq"] for i in picked],
                 [low_of[id(masters[i])] for i in picked])
-            self._kernel.step(
-                grads=[grads[id(masters[i])] for i in picked], prepared=prepared,
-                decay=[1 - lr * group["weight_decay"]] * len(picked),
-                step_size=[lr / (1 - beta1 ** steps[i]) for i in picked],
-                bc2_sqrt=[math.sqrt(1 - beta2 ** steps[i]) for i in picked],
-                beta1=beta1, beta2=beta2, eps=group["eps"], grad_divisor=divisor)
+            self._kernel.step(grads=[grads[id(masters[i])] for i in picked],
+                              prepared=prepared, grad_divisor=divisor,
+                              **_adamw_terms(group, [steps[i] for i in picked]))
 
     def _counted(self, index: int, states: list[dict[str, Any]]) -> list[float]:
         """Add one to each state's step count and return the counts. The counts are views of
@@ -442,6 +434,15 @@ class Bf16Weights:
         self._steady, self._others_of = None, ((), [])
         self.frozen = []
         self._low_of = {}
+
+
+def _adamw_terms(group: dict[str, Any], steps: list[float]) -> dict[str, Any]:
+    """The kernel's AdamW terms for tensors of parameter ``group`` at their ``steps``."""
+    lr, (beta1, beta2) = float(group["lr"]), group["betas"]
+    return {"decay": [1 - lr * group["weight_decay"]] * len(steps),
+            "step_size": [lr / (1 - beta1 ** n) for n in steps],
+            "bc2_sqrt": [math.sqrt(1 - beta2 ** n) for n in steps],
+            "beta1": beta1, "beta2": beta2, "eps": group["eps"]}
 
 
 def _divisor(squares: float, max_norm: float) -> float:

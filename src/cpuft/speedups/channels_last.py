@@ -41,8 +41,24 @@ def _set_layout(model: nn.Module, fmt: torch.memory_format) -> None:
     model.to(memory_format=fmt)  # type: ignore[call-overload]
 
 
+NOT_JOINED = ("not used: this process is one rank of a launched job that it has not joined, "
+              "so the ranks cannot take one layout; call cpuft.distributed.init() first")
+
+
 def _own_value(gain: float) -> float | None:
     return gain
+
+
+def _job_gain(own_gain: float, shared: Callable[[float], float | None]
+              ) -> tuple[float, str] | None:
+    """The gain the job decides by, and where it was measured ('' here); None where no rank
+    can learn it."""
+    gain = shared(own_gain)
+    return None if gain is None else (gain, "" if gain == own_gain else " on rank 0")
+
+
+def _verdict(on: bool) -> str:
+    return "faster" if on else f"not {MIN_GAIN}x faster"
 
 
 def use_channels_last(model: nn.Module, example: torch.Tensor | None,
@@ -82,21 +98,17 @@ def use_channels_last(model: nn.Module, example: torch.Tensor | None,
         shared(0.0)  # every rank of a job takes part in the choice, whatever it measured
         return False, (f"not measured: the model did not run forward and backward on the "
                        f"{shape} example ({type(e).__name__})")
-    own_gain = seconds[False] / seconds[True] if seconds[True] else 0.0
-    gain = shared(own_gain)
-    if gain is None:
+    job = _job_gain(seconds[False] / seconds[True] if seconds[True] else 0.0, shared)
+    if job is None:
         _set_layout(model, torch.contiguous_format)
-        return False, ("not used: this process is one rank of a launched job that it has not "
-                       "joined, so the ranks cannot take one layout; call "
-                       "cpuft.distributed.init() first")
-    where = "" if gain == own_gain else " on rank 0"
+        return False, NOT_JOINED
+    gain, where = job
     on = gain >= MIN_GAIN
     _set_layout(model, torch.channels_last if on else torch.contiguous_format)
     if on:
         model.register_forward_pre_hook(_inputs_to_channels_last)
-    verdict = "faster" if on else f"not {MIN_GAIN}x faster"
     return on, (f"measured{where} on a {shape} batch: channels-last {gain:.2f}x the speed of "
-                f"contiguous, forward and backward ({verdict})")
+                f"contiguous, forward and backward ({_verdict(on)})")
 
 
 def _inputs_to_channels_last(_module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -158,19 +170,16 @@ def use_height_one_convs(model: nn.Module, example: Any, precision: str | None,
         undo()
         shared(0.0)  # every rank of a job takes part in the choice, whatever it measured
         return False, f"not measured: the model did not train on its first batch ({error_line(e)})"
-    own_gain = seconds[False] / seconds[True] if seconds[True] else 0.0
-    gain = shared(own_gain)
-    where = "" if gain == own_gain else " on rank 0"
-    on = gain is not None and gain >= MIN_GAIN
+    job = _job_gain(seconds[False] / seconds[True] if seconds[True] else 0.0, shared)
+    if job is None:
+        undo()
+        return False, NOT_JOINED
+    gain, where = job
+    on = gain >= MIN_GAIN
     patch() if on else undo()
-    if gain is None:
-        return False, ("not used: this process is one rank of a launched job that it has not "
-                       "joined, so the ranks cannot take one layout; call "
-                       "cpuft.distributed.init() first")
-    verdict = "faster" if on else f"not {MIN_GAIN}x faster"
     return on, (f"measured{where} on the first batch: {len(convs)} 1-d convolution(s) run as "
                 f"height-1 2-d ones, which read channels-last inputs as they lie, {gain:.2f}x "
-                f"the speed of 1-d ones, forward and backward ({verdict})")
+                f"the speed of 1-d ones, forward and backward ({_verdict(on)})")
 
 
 class ChannelsLastSpeedUp(SpeedUp):

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from cpuft.errors import first_line
+
 K = TypeVar("K")
 
 
@@ -69,8 +71,7 @@ def pass_seconds(model: nn.Module, inputs: Any, precision: str | None) -> float:
 
 def error_line(e: Exception, width: int = 80) -> str:
     """``e``'s type and the first line of its message, cut at ``width`` characters."""
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0][:width] if lines else ''}"
+    return f"{type(e).__name__}: {first_line(str(e), width)}"
 
 
 def made_up_ids(config: Any, length: int) -> tuple[torch.Tensor, torch.Tensor] | None:
