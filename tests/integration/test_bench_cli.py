@@ -9,6 +9,11 @@ import pytest
 from tests.helpers import cpuft_env
 
 
+def table_row(out, config):
+    return next(line for line in (out / "bench.md").read_text().splitlines()
+                if f"| {config} |" in line)
+
+
 @pytest.mark.slow
 def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
     out = tmp_path / "bench"
@@ -26,21 +31,32 @@ def test_bench_runs_three_ways_and_ends_with_json(tiny_model, tmp_path):
         assert 1 < c["tokens_per_sample"] <= 32
         assert c["tokens_per_second"] == pytest.approx(
             c["samples_per_second"] * c["tokens_per_sample"])
-    assert entry["configs"]["stock-2021"]["precision"] == "fp32"
+    configs = entry["configs"]
+    assert configs["stock-2021"]["precision"] == "fp32"
     # trainer-best trains on cpuft's batches: the same samples, so the same tokens.
     assert entry["configs"]["trainer-best"]["tokens_per_sample"] == pytest.approx(
         entry["configs"]["cpuft"]["tokens_per_sample"])
-    assert entry["configs"]["stock-2021"]["allocator"] == "system"
-    configs = entry["configs"]
+    # trainer-best starts as torch's CPU launcher would: cpuft's allocator, threads and cores.
+    best, ours, plain = configs["trainer-best"], configs["cpuft"], configs["stock-2021"]
+    for key in ("allocator", "threads", "cpus", "pinned"):
+        assert best[key] == ours[key], key
+    assert ours["pinned"] and ours["allocator"] in ("tcmalloc", "jemalloc")
+    assert plain["allocator"] == "system" and not plain["pinned"]
+    assert "unpinned" in table_row(out, "stock-2021")
+    assert "pinned to" in table_row(out, "trainer-best")
     for other, key in (("stock-2021", "speedup_vs_stock_2021"),
                        ("trainer-best", "speedup_vs_trainer_best")):
         # a ratio of real tokens per second, cpuft's over the other's
         assert entry[key] == pytest.approx(
             configs["cpuft"]["tokens_per_second"] / configs[other]["tokens_per_second"])
-    assert entry["mfu"] > 0 and 0 < entry["hfu"] <= 1 and entry["skipped_flops_fraction"] < 1
-    for c in entry["configs"].values():  # none above the peak it is divided by
-        assert 0 < c["hfu"] <= 1 and c["peak_gflops_model_shapes"] > 0
-    assert report["matmul_gflops"]["bf16"] > 0 and report["matmul_gflops"]["fp32"] > 0
+    assert entry["mfu"] > 0 and entry["hfu"] > 0 and entry["skipped_flops_fraction"] < 1
+    for c in configs.values():  # one nominal count, the stock model's
+        assert c["weight_uses"] > 0 and c["peak_gflops_model_shapes"] > 0
+    assert ours["flops_per_sample"] == pytest.approx(best["flops_per_sample"])
+    theory = report["theoretical_peak_gflops"]
+    assert 0 < report["peak_gflops"]["fp32"] <= 1.5 * theory["fp32"]  # a clock may boost
+    for c in configs.values():  # the theoretical peak holds every run
+        assert 0 < c["hfu_theoretical"] < 1
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
     assert "| configuration |" in (out / "bench.md").read_text()
 

@@ -1,14 +1,14 @@
-"""What a bench's FLOP figures count, and the peak they are divided by (docs/benchmarking.md).
+"""What a bench's FLOP figures count (docs/benchmarking.md; the peaks they are divided by are
+``cpuft.bench.utilisation``'s).
 
 - nominal: the model's FLOPs by the usual count, 6 x non-embedding parameters x real tokens
   plus attention, whatever a way of training skips or adds; a weight that a forward pass uses
-  several times (a shared layer) counts each time;
+  several times (a shared layer) counts each time. Counted on the stock model: the report
+  gives every configuration the stock configuration's count;
 - executed: what one training step really runs, counted by torch (``FlopCounterMode``) on one
   batch as that way trains it, padding and cpuft's skipped work included;
-- the peak: the best of several timings of matmuls at the square shape and at the model's own
-  (its linear layers at its batch's tokens), and never below a rate a run was seen to reach:
-  a peak taken in a slow moment of a VM would put a fast run above 100%.
-"""
+- the measured peak at the model's shapes: the best of several timings of matmuls at its linear
+  layers' shapes for its batch's tokens."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from cpuft.bench.utilisation import nominal_flops
 from cpuft.speedups.trial import evaluating, made_up_ids
 
 
@@ -48,14 +49,19 @@ def weight_uses(model: nn.Module) -> int:
     return sum(n * calls[m] for m, n in own.items())
 
 
+def nominal_terms(model: Any) -> dict[str, float]:
+    """The model's terms of the nominal count (``utilisation.nominal_flops``): its weight uses
+    and attention's 12 x layers x width."""
+    cfg = model.config
+    return {"weight_uses": float(weight_uses(model)),
+            "attention_coefficient": float(12 * cfg.num_hidden_layers * cfg.hidden_size)}
+
+
 def nominal_flops_per_sample(model: Any, mean_tokens: float) -> float:
     """Training FLOPs for one sample of ``mean_tokens`` real tokens: 6 x non-embedding
     weights (as often as a forward uses each) x tokens, plus attention's 12 x layers x width x
     tokens^2."""
-    params = weight_uses(model)
-    cfg = model.config
-    attention = 12 * cfg.num_hidden_layers * cfg.hidden_size * mean_tokens**2
-    return float(6 * params * mean_tokens + attention)
+    return nominal_flops(**nominal_terms(model), tokens=mean_tokens)
 
 
 def conv_backward_flops(grad_out_shape: Any, x_shape: Any, w_shape: Any, _bias: Any,

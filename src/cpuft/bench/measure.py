@@ -14,11 +14,14 @@ def run_fields(spec: Any, precision: str, reason: str, optimizer_kernel: str) ->
     """What every worker's result says of the run itself: which, in what precision, on what."""
     import torch
 
-    from cpuft.runtime.process import loaded_allocator
+    from cpuft.bench.placement import process_setup, started_as
+    from cpuft.bench.spec import VARIANTS
 
+    started = started_as(spec.config)
+    pinned = started != "plain" and VARIANTS.get(spec.config, {}).get("pin_cores", True)
     return {"config": spec.config, "model": spec.model, "precision": precision,
             "precision_reason": reason, "optimizer_kernel": optimizer_kernel,
-            "allocator": loaded_allocator(), "threads": torch.get_num_threads(),
+            **process_setup(started, pinned=bool(pinned)), "seed": spec.seed,
             "torch": torch.__version__}
 
 

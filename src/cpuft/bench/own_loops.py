@@ -30,7 +30,6 @@ from cpuft.bench.measure import pace, peak_memory_mb, run_fields
 from cpuft.bench.profile import profile_steps
 from cpuft.bench.spec import example_path
 from cpuft.bench.trainer import trainer_best_precision
-from cpuft.topology import read_topology
 
 CLASSES = 10
 """The CNN's classes (the digits')."""
@@ -118,8 +117,7 @@ def set_up(config: str, model: nn.Module, lr: float, weight_decay: float,
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         return Loop(model, optimizer, _as_given, lambda: torch.autocast("cpu", enabled=False),
                     ("fp32", "a plain loop"), {})
-    if config == "plain-best":
-        torch.set_num_threads(read_topology().physical_cores)
+    if config == "plain-best":  # placed as the launcher places it (bench.placement)
         precision, reason = trainer_best_precision()
         images = example_input.dim() == 4
         if images:

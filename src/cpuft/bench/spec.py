@@ -8,8 +8,22 @@ from pathlib import Path
 
 CONFIGS = ("stock-2021", "trainer-best", "cpuft")
 # Not run by default: cpuft with torch.compile forced on, to measure what compiling costs and
-# gains here (the result feeds `cpuft train --compile auto`).
-OPTIONAL_CONFIGS = ("cpuft-compile",)
+# gains here (the result feeds `cpuft train --compile auto`); Trainer with torch_compile=True.
+OPTIONAL_CONFIGS = ("cpuft-compile", "trainer-compile")
+VARIANTS: dict[str, dict[str, object]] = {
+    "cpuft-no-allocator": {"allocator": "system"},
+    "cpuft-no-pinning": {"pin_cores": False},
+    "cpuft-no-fused-optimizer": {"fused_optimizer": False},
+    "cpuft-no-fast-dropout": {"fast_dropout": False},
+    "cpuft-no-attention": {"attention": "sdpa"},
+    "cpuft-no-first-token-layer": {"first_token_layer": False},
+    "cpuft-no-fused-gelu": {"fused_gelu": False},
+    "cpuft-no-bf16-weights": {"bf16_weights": False},
+    "cpuft-sparse-embeddings": {"sparse_embeddings": True},
+}
+"""cpuft with one setting changed, on a classifier (``--ablate``): each speed-up turned off
+(attention: the model's own, sdpa), and the lazy embedding update turned on. cpuft's speed over
+each is what that speed-up gives."""
 MODELS = ("minilm", "bert-base")
 LM_MODELS = {"smollm2-lora": "lora", "smollm2-full": "full"}
 """Causal-LM models: SmolLM2-135M-Instruct fine-tuned with LoRA or in full, on the default causal
@@ -44,7 +58,7 @@ def configs_for(model: str) -> tuple[str, ...]:
         return LOOP_CONFIGS
     if lm_model(model):
         return LM_CONFIGS
-    return CONFIGS + OPTIONAL_CONFIGS
+    return CONFIGS + OPTIONAL_CONFIGS + tuple(VARIANTS)
 
 
 def lm_model(model: str) -> tuple[str, str] | None:

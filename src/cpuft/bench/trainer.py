@@ -61,9 +61,9 @@ def same_batches_trainer(lengths: list[int], batch_size: int, seed: int) -> Any:
 
 
 def trainer_args(output_dir: str, *, precision: str, stock: bool, batch_size: int, steps: int,
-                 lr: float, weight_decay: float, seed: int) -> Any:
+                 lr: float, weight_decay: float, seed: int, compile: bool = False) -> Any:
     """TrainingArguments for CPU: 2021's (fp32, unfused AdamW, random batches) when ``stock``,
-    else today's best flags."""
+    else today's best flags; with ``compile``, ``torch_compile=True`` too."""
     from transformers import TrainingArguments
 
     return TrainingArguments(
@@ -83,6 +83,7 @@ def trainer_args(output_dir: str, *, precision: str, stock: bool, batch_size: in
         report_to="none",
         disable_tqdm=True,
         dataloader_num_workers=0,
+        torch_compile=compile,
     )
 
 

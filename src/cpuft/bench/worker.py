@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
-from cpuft.bench.flops import nominal_flops_per_sample, step_flops
+from cpuft.bench.flops import nominal_terms, step_flops
 from cpuft.bench.measure import pace, peak_memory_mb, run_fields
-from cpuft.bench.spec import LOOP_MODELS, RunSpec, lm_model
-from cpuft.bench.steal import read_ticks, steal_fraction
+from cpuft.bench.placement import place_as_launcher, started_as
+from cpuft.bench.spec import LOOP_MODELS, VARIANTS, RunSpec, lm_model
+from cpuft.bench.steal import read_ticks, shares
 from cpuft.bench.trainer import (
     same_batches_trainer,
     seconds_between,
@@ -26,6 +27,7 @@ from cpuft.bench.trainer import (
     trainer_args,
     trainer_best_precision,
 )
+from cpuft.bench.utilisation import nominal_flops
 from cpuft.config import TrainConfig, config_from
 from cpuft.data.batching import Collator
 from cpuft.data.prepare import Encoded
@@ -48,6 +50,7 @@ def run_config(spec: RunSpec) -> TrainConfig:
         "max_steps": spec.steps, "lr": spec.lr, "weight_decay": spec.weight_decay,
         "seed": spec.seed, "log_steps": spec.steps, "progress": False, "warmup_ratio": 0.0,
         "compile": "on" if spec.config == "cpuft-compile" else "off",
+        **VARIANTS.get(spec.config, {}),
     })
 
 
@@ -86,7 +89,7 @@ def train_with_trainer(spec: RunSpec, model: Any, tokenizer: Any,
     with tempfile.TemporaryDirectory() as tmp:
         args = trainer_args(tmp, precision=precision, stock=stock, batch_size=spec.batch_size,
                             steps=spec.steps, lr=spec.lr, weight_decay=spec.weight_decay,
-                            seed=spec.seed)
+                            seed=spec.seed, compile=spec.config == "trainer-compile")
         times = step_times()
         padder = DataCollatorWithPadding(tokenizer)
         step_tokens: list[int] = []
@@ -119,6 +122,8 @@ def train_with_cpuft(spec: RunSpec) -> tuple[ClassifierTask, tuple[str, str], li
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
+    if spec.config == "matmul" or started_as(spec.config) == "launcher":
+        place_as_launcher()
     if spec.config == "matmul":
         return {"bf16_gflops": matmul_gflops("bf16"), "fp32_gflops": matmul_gflops("fp32"),
                 "threads": torch.get_num_threads()}
@@ -126,11 +131,11 @@ def run(spec: RunSpec) -> dict[str, Any]:
     if lm_model(spec.model):
         from cpuft.bench.lm import run_lm
 
-        return {**run_lm(spec), "steal_fraction": steal_fraction(ticks, read_ticks())}
+        return {**run_lm(spec), **shares(ticks, read_ticks())}
     if spec.model in LOOP_MODELS:
         from cpuft.bench.own_loops import run_loop
 
-        return {**run_loop(spec), "steal_fraction": steal_fraction(ticks, read_ticks())}
+        return {**run_loop(spec), **shares(ticks, read_ticks())}
     optimizer_kernel = ""
     if spec.config.startswith("cpuft"):
         task, (precision, reason), step_seconds, step_tokens, optimizer_kernel = \
@@ -145,21 +150,27 @@ def run(spec: RunSpec) -> dict[str, Any]:
         validation = Encoded(validation.input_ids[:n], validation.labels[:n],
                              None if validation.token_type_ids is None
                              else validation.token_type_ids[:n])
-    steal = steal_fraction(ticks, read_ticks())
-    scores = evaluate(model, validation, Collator(pad_id=tokenizer.pad_token_id),
-                      batch_size=128, precision=precision, metrics=("accuracy",),
-                      regression=False)
+    during = shares(ticks, read_ticks())
+    def accuracy(rows: Encoded) -> float:
+        return evaluate(model, rows, Collator(pad_id=tokenizer.pad_token_id), batch_size=128,
+                        precision=precision, metrics=("accuracy",), regression=False)["accuracy"]
+
+    scores = {"accuracy": accuracy(validation)}
+    if not spec.eval_samples and "test" in task.encoded:  # a full run: the held-out test too
+        scores["test_accuracy"] = accuracy(task.encoded["test"])
     speed = pace(step_seconds, step_tokens, spec.batch_size)
+    terms = nominal_terms(model)
     # stock-2021's random batches hold other samples than cpuft's, so the work is counted in
     # tokens that are not padding; trainer-best's batches are cpuft's.
     return {
         **run_fields(spec, precision, reason, optimizer_kernel),
         **speed,
         "peak_memory_mb": peak_memory_mb(),
-        "accuracy": scores["accuracy"],
-        "flops_per_sample": nominal_flops_per_sample(model, speed["tokens_per_sample"]),
+        **scores,
+        **terms,
+        "flops_per_sample": nominal_flops(**terms, tokens=speed["tokens_per_sample"]),
         **classifier_step_flops(spec, task, precision, speed["tokens_per_sample"]),
-        "steal_fraction": steal,
+        **during,
     }
 
 

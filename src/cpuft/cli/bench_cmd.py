@@ -15,9 +15,12 @@ from cpuft.cli.flags import add_setting_flags
 DESCRIPTION = """\
 Train the same model on the same data, sequence length, batch and steps three ways, one after
 the other, each in a fresh process:
-  stock-2021    fp32, every sequence padded to max length, transformers Trainer defaults
+  stock-2021    fp32, every sequence padded to max length, transformers Trainer defaults,
+                started as a plain `python train.py` (system allocator, unpinned)
   trainer-best  Trainer with use_cpu, bf16 (where native), adamw_torch_fused, group_by_length,
-                on cpuft's length-grouped batches (the same samples in the same steps)
+                on cpuft's length-grouped batches (the same samples in the same steps),
+                started as torch's CPU launcher (torch.backends.xeon.run_cpu) starts it:
+                cpuft's allocator, one thread a physical core, the same pinned cores
   cpuft         cpuft's speed-ups
 Causal-LM models (smollm2-lora, smollm2-full) run trainer-best (with PEFT for LoRA) and cpuft
 on the default causal job's verdicts, and report the validation loss after the same steps and
@@ -25,7 +28,8 @@ where cpuft's step time goes (torch.profiler).
 Loop models (cnn: the ResNet of examples/cnn_digits.py on random images; rnn: the GRU of
 examples/rnn_reviews.py on the review snippets) run a training loop of one's own three ways:
   plain-fp32    fp32, torch's AdamW and defaults, as a tutorial writes it
-  plain-best    bf16 autocast where native and faster, fused AdamW, channels-last, threads set
+  plain-best    bf16 autocast where native and faster, fused AdamW, channels-last, started
+                as the launcher starts it (cpuft's allocator, threads and pinned cores)
   cpuft         the plain loop after cpuft.optimize, under cpuft.autocast
 and report the training loss over the last steps and where cpuft's step time goes.
 Your own script (--script train.py -- ARGS), unedited or with cpuft.optimize in it, runs as is
@@ -35,10 +39,13 @@ on the same optimizer steps four ways, each timed after a warm-up and stopped on
   cpuft-launch  cpuft launch: cpuft's process set-up, cpuft.optimize switched off
   cpuft         cpuft launch with the script's cpuft.optimize acting; the report says what
                 each of its speed-ups did, or why not
-Reports samples/s, tokens/s, peak memory and validation accuracy of each, the machine's matmul
-FLOP/s and cpuft's model FLOPs utilisation. Speed-ups are ratios of tokens/s (tokens that are
-not padding), which stock-2021's random batches hold in other numbers. Writes bench.md,
-bench.png and bench.json to --output-dir; the last line of stdout is the JSON document.
+Configurations run in turns, their order rotated each round. Reports samples/s, tokens/s, peak
+memory and validation accuracy of each, with its allocator, threads, cores and precision, the
+CPU time other processes took meanwhile (a busy machine's ratios are marked), and the FLOPs
+utilisation against the measured matmul peak and the CPU's theoretical one. Speed-ups are
+ratios of tokens/s (tokens that are not padding), which stock-2021's random batches hold in
+other numbers. Writes bench.md, bench.png and bench.json to --output-dir; the last line of
+stdout is the JSON document.
 """
 
 
@@ -66,6 +73,12 @@ def register(sub: Any) -> None:
                    help="run every configuration N times in turns and report the median of "
                         "the speed-ups (or, with --scaling, efficiencies) within a round (for "
                         "machines whose speed drifts)")
+    p.add_argument("--ablate", action="store_true",
+                   help="also run cpuft with each speed-up turned off in turn (and the lazy "
+                        "embedding update turned on), on classifier models: what each gives")
+    p.add_argument("--seed-each-round", action="store_true",
+                   help="round r trains every configuration with seed 42 + r, so that the "
+                        "accuracies compared are means over seeds")
     o = p.add_argument_group("your own training script")
     o.add_argument("--script", default="", metavar="SCRIPT.py",
                    help="bench this script; its arguments follow `--`")
@@ -251,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
         configs=[c.strip() for c in args.configs.split(",") if c.strip()],
         quick=args.quick, steps=args.steps, batch_size=args.batch_size,
         max_seq_length=args.max_seq_length, rounds=args.rounds, image_size=args.image_size,
+        seed_each_round=args.seed_each_round, ablate=args.ablate,
     )
     report = run_bench(opts)
     saved = save_outputs(Path(args.output_dir), {

@@ -196,9 +196,11 @@ class SpeedupConfig:
     long ones), eager or sdpa."""
     fast_dropout: bool = True
     """Draw dropout masks 64 bits at a time, several times cheaper than torch's CPU dropout."""
-    sparse_embeddings: bool = True
+    sparse_embeddings: bool = False
     """Word-embedding gradients as sparse rows, with a lazy AdamW on them: only the rows a batch
-    uses are updated (and, across ranks, sent)."""
+    uses are updated (and, across ranks, sent). Off by default: it is not AdamW's update (rows a
+    batch does not use get no decay of their moments or weights); benchmarks/RESULTS.md has its
+    speed and quality beside the default's."""
     first_token_layer: bool = True
     """Where a classifier's head reads only the first token of the last layer (checked by
     running it), compute that layer for that token alone; the loss and gradients are

@@ -233,6 +233,8 @@ class _Loop:
         self.saved_step = 0
         self.saved_at = time.perf_counter()
         self.eval_seconds = 0.0
+        self.step_mark: tuple[float, float] | None = None
+        """When the last step ended, and the evaluation seconds by then."""
         self.is_main = dist is None or dist.info.is_main
         first_of_node = dist is None or dist.info.local_rank == 0
         self.writes_checkpoints = self.is_main or (config.checkpoint_every_node and first_of_node)
@@ -288,13 +290,14 @@ class _Loop:
         batches = self.source.iterate(self.epoch, self.position)
         self.n_batches = n_batches
         while self.position < n_batches and self.step < config.total_steps:
-            step_started = time.perf_counter()
+            if self.step_mark is None:
+                self.step_mark = (time.perf_counter(), self.eval_seconds)
             group = min(config.grad_accum, n_batches - self.position)
             stats = self.train_step(*[next(batches) for _ in range(group)])
             self.scheduler.step()
             self.position += group
             self.step += 1
-            self._record(stats, step_started)
+            self._record(stats)
             if config.eval_steps and (self.step % config.eval_steps == 0
                                       or self.step == config.total_steps):
                 self._evaluate()
@@ -330,8 +333,12 @@ class _Loop:
             if at_end:
                 return
 
-    def _record(self, stats: StepStats, step_started: float) -> None:
-        """Count the step, log it, and every ``log_steps`` write it reduced over the ranks."""
+    def _record(self, stats: StepStats) -> None:
+        """Count the step, log it, and every ``log_steps`` write it reduced over the ranks.
+
+        A step's time runs from the end of the one before (from the loop's start for the
+        first), evaluations left out: the loop's own work between two steps (logging,
+        checkpoints) counts, as it does in the window HF Trainer's step callbacks mark."""
         result, window, dist = self.result, self.window, self.dist
         if not math.isfinite(stats.loss):
             raise LossNotFinite(f"loss became {stats.loss} at step {self.step}")
@@ -344,7 +351,10 @@ class _Loop:
         window["steps"] += 1
         result.losses.append(stats.loss)
         now = time.perf_counter()
-        result.step_seconds.append(now - step_started)
+        assert self.step_mark is not None
+        since, evaluated = self.step_mark
+        result.step_seconds.append(now - since - (self.eval_seconds - evaluated))
+        self.step_mark = (now, self.eval_seconds)
         result.step_tokens.append(stats.tokens)
         elapsed = max(now - window["start"], 1e-9)
         # Between reductions, the job's pace from this rank's: every rank takes an equal share

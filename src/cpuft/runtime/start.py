@@ -67,6 +67,14 @@ def start(cfg: TrainConfig, *, own_loop: bool = False, join: bool = True) -> Run
     return Runtime(plan=plan, dist=dist, topology=topology, joined_here=join)
 
 
+def place_only(cfg: TrainConfig | None = None) -> SpeedPlan:
+    """Place this process (cores, threads) as ``start`` would for ``cfg`` (the defaults), and do
+    nothing else: no speed-up, no job. A stock baseline of ``cpuft bench`` gets this, as torch's
+    own CPU launcher gives it."""
+    cfg = cfg or TrainConfig()
+    return place_process(make_plan(cfg, read_topology()), cfg.speedups.pin_cores)
+
+
 def preview(cfg: TrainConfig | None = None) -> SpeedPlan:
     """The plan a run of ``cfg`` (the defaults) would get on this machine, the precision
     measured, without placing this process or joining a job: what ``cpuft.report_plan`` shows

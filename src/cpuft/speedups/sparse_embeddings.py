@@ -1,11 +1,18 @@
 """Word-embedding gradients as sparse rows: only the rows a batch uses are updated (by the lazy
-AdamW of cpuft.optim) and, across ranks, sent."""
+AdamW of cpuft.optim) and, across ranks, sent. Off unless asked for: a lazy update is not
+AdamW's."""
 
 from __future__ import annotations
 
 from torch import nn
 
+from cpuft.config import TrainConfig
+from cpuft.speedplan.speed_plan import Decision
 from cpuft.speedups.registry import PatchSpeedUp, register
+from cpuft.topology import Topology
+
+NOT_ADAMW = ("off: a lazy update is not AdamW's (unused rows keep their moments and skip weight "
+             "decay); --sparse-embeddings turns it on")
 
 
 def make_embeddings_sparse(model: nn.Module) -> str:
@@ -25,6 +32,12 @@ def make_embeddings_sparse(model: nn.Module) -> str:
     return ""
 
 
-register(PatchSpeedUp(
+class SparseEmbeddings(PatchSpeedUp):
+    def decide(self, cfg: TrainConfig, topo: Topology) -> Decision:
+        return Decision(True, "requested: a lazy AdamW on the rows a batch uses") \
+            if cfg.speedups.sparse_embeddings else Decision(False, NOT_ADAMW)
+
+
+register(SparseEmbeddings(
     "sparse_embeddings", make_embeddings_sparse,
     own_loops="off in a loop of your own: torch's optimizers take dense gradients"))

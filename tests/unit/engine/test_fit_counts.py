@@ -121,3 +121,31 @@ def test_batch_counts_read_any_batch_a_loader_gives():
     assert batch_counts({"pair": [torch.ones(5, 2), torch.zeros(5)]}) == (5, 10)
     with pytest.raises(Exception, match="holds no tensor"):
         batch_counts({"text": ["a", "b"]})
+
+
+def test_a_steps_time_holds_the_loops_own_work_but_no_evaluation(monkeypatch):
+    """As HF Trainer's step callbacks mark it: from the end of one step to the end of the next,
+    the logging between them included; an evaluation is not training time."""
+    import types
+
+    import cpuft.engine.fit as fit_module
+    from cpuft.metrics.logger import MetricLogger
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(fit_module, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+
+    class SlowLogger(MetricLogger):
+        def step(self, record):
+            clock.now += 1.0  # bookkeeping after each step
+
+    def four_seconds_a_step(m, batch):
+        clock.now += 4.0
+        return m(batch["x"]).pow(2).mean()
+
+    def scores():
+        clock.now += 100.0
+        return {"eval_loss": 1.0}
+
+    result = fit(nn.Linear(4, 1), Batches(), FitConfig(total_steps=4, lr=1e-3, eval_steps=2),
+                 loss_fn=four_seconds_a_step, logger=SlowLogger(), evaluate=scores)
+    assert result.step_seconds == [4.0, 5.0, 5.0, 5.0]
