@@ -353,6 +353,10 @@ def test_a_run_above_the_measured_peak_is_said_in_words_and_the_peak_stays():
         "moment of the machine?), so no utilisation against it is given, 60.0% of the "
         "theoretical; cpuft skips 20% of them")
     assert "theoretical fp32 peak 400 GFLOP/s: 2 cores x 3.12 GHz x 64" in markdown(report)
+    assert "above the clock read" not in markdown(report)
+    report["theoretical_peak_gflops"]["fp32"] = 160.0
+    assert "the measured fp32 peak is 1.25x the theoretical one: the cores run above the " \
+        "clock read" in markdown(report)
     cpuft["samples_per_second"] = 100.0
     line = utilisation_line(compare([stock, cpuft], MATMUL, theory)["models"]["minilm"])
     assert line == ("cpuft runs at 60.0% of the measured peak (executed FLOPs), 30.0% of the "
