@@ -45,7 +45,7 @@ def cpu_list(cpus: list[int]) -> str:
 
 def _accuracy(c: dict[str, Any]) -> str:
     if "mean_accuracy" in c:
-        return f"{c['mean_accuracy']:.4f} (mean of {len(c['rounds_accuracy'])})"
+        return f"{c['mean_accuracy']:.4f} (mean of {len(c['rounds_accuracy'])} seeds)"
     return f"{c['accuracy']:.4f}" if "accuracy" in c else "-"
 
 
@@ -81,7 +81,7 @@ def verdicts(report: dict[str, Any]) -> list[str]:
             if delta is None or delta != delta or model in NO_ACCURACY_TARGET:
                 continue
             ok = "met" if delta >= -ACCURACY_TOLERANCE else "NOT met"
-            over = (" (means over rounds)" if f"mean_{score}" in entry["configs"]["cpuft"]
+            over = (" (means over seeds)" if f"mean_{score}" in entry["configs"]["cpuft"]
                     else "")
             what = "test accuracy" if score == "test_accuracy" else "accuracy"
             lines.append(f"{model}: cpuft {what} {delta * 100:+.2f} points against "

@@ -186,7 +186,7 @@ def summarise(per_round: dict[str, list[dict[str, Any]]], halves: dict[str, Any]
     """The report from every round's runs. Each efficiency is the median of the ratios taken
     within a round (2 nodes against the 1-node run of the same round), so a machine whose speed
     drifts between rounds does not bias it; each run's figures are its median-speed round's."""
-    from cpuft.bench.runner import median_run
+    from cpuft.bench.compare import median_run
 
     configs = {name: median_run(done) for name, done in per_round.items()}
     ones = [r["samples_per_second"] for r in per_round["1-node"]]

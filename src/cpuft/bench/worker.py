@@ -151,6 +151,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
                              None if validation.token_type_ids is None
                              else validation.token_type_ids[:n])
     during = shares(ticks, read_ticks())
+
     def accuracy(rows: Encoded) -> float:
         return evaluate(model, rows, Collator(pad_id=tokenizer.pad_token_id), batch_size=128,
                         precision=precision, metrics=("accuracy",), regression=False)["accuracy"]

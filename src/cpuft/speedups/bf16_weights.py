@@ -8,8 +8,9 @@ master, after the optimizer step), activations stay bf16 between layers, and the
 are cast once into the masters' fp32 gradients, where they accumulate. Autocast stays on
 around the forward, so losses are still computed in fp32.
 
-Embedding tables stay fp32 (a word embedding's sparse rows take the lazy AdamW in place); their
-outputs are cast to bf16 for the layers that follow. Buffers are left as they are.
+Embedding tables stay fp32 (with --sparse-embeddings, a word embedding's sparse rows take the
+lazy AdamW in place); their outputs are cast to bf16 for the layers that follow. Buffers are
+left as they are.
 
 With ``fused`` (and a C compiler), ``step`` clips, steps and publishes in one pass of
 cpuft.kernels.adamw_bf16 that reads the bf16 gradients as they are: 28 bytes moved a

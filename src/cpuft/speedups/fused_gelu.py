@@ -4,7 +4,7 @@ Some models (ALBERT, GPT-2 and others with "gelu_new") compute GELU's tanh appro
 Python: a power, three multiplications, two additions and a tanh, each a pass over the
 activations forward and more backward. torch's ``gelu(approximate="tanh")`` is the same formula
 in one pass each way. On an ALBERT-base step (batch 16, 32 tokens, bf16) those element-wise
-passes were about a fifth of the step's time (benchmarks/RESULTS.md).
+passes were about a fifth of the step's time (benchmarks/history.md).
 
 Which modules compute it is found by running them, never by their name: every module without
 parameters or children is given a made-up tensor, and one whose output matches the fused

@@ -24,7 +24,7 @@ from cpuft.speedups.trial import pass_seconds, timed_in_turns, untouched
 SMALL_MODEL_WEIGHTS = 1_000_000
 """Below this many trainable weights and without a batch to measure on, fp32 is kept. An MLP of
 525k weights on batches of 32 ran 0.75x in bf16 on a Sapphire Rapids with AMX, one of 2.1M
-1.65x (benchmarks/RESULTS.md)."""
+1.65x (benchmarks/history.md)."""
 MEASURED_BELOW = 20_000_000
 
 

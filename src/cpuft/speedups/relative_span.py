@@ -6,7 +6,7 @@ whole table of relative-position embeddings (2 x 256 rows at base size), multipl
 and key by all of them, then gathers the 2L - 1 columns that a sequence of L tokens uses. At
 fine-tuning lengths (L of 30 to 60) nearly all of that work is thrown away: on a DeBERTa-v2-base
 step (batch 16, 32 tokens, bf16) those products, their gathers and the batch sums of their
-gradients were over a third of the step (benchmarks/RESULTS.md).
+gradients were over a third of the step (benchmarks/history.md).
 
 Here the attention is handed only the rows the batch's relative positions reach, with its span
 narrowed to match, so that its own code indexes them as before: the same scores, from the same

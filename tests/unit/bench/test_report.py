@@ -2,8 +2,9 @@ import json
 
 import pytest
 
+from cpuft.bench.compare import compare
 from cpuft.bench.report import bar_chart, markdown, rows
-from cpuft.bench.runner import BenchOptions, compare, plan_runs
+from cpuft.bench.runner import BenchOptions, plan_runs
 from cpuft.errors import CpuftError
 
 
@@ -115,7 +116,7 @@ def test_compile_measurement_separates_start_up_from_pace(tmp_path, monkeypatch)
 
 
 def test_rounds_pair_their_runs_and_take_the_median_ratio():
-    from cpuft.bench.runner import median_run
+    from cpuft.bench.compare import median_run
 
     # The machine slowed down in round 2: paired ratios stay 2.0, 1.5, 2.0.
     ours = median_run([result("cpuft", 200.0, 0.8), result("cpuft", 60.0, 0.8),
@@ -197,7 +198,7 @@ def test_a_run_that_sends_nothing_splits_the_efficiency_at_communication():
 
 
 def test_runs_that_lost_cpu_to_other_guests_are_flagged():
-    from cpuft.bench.runner import median_run
+    from cpuft.bench.compare import median_run
 
     calm = median_run([{**result("trainer-best", 100.0, 0.8), "steal_fraction": 0.01}] * 3)
     rounds = [{**result("cpuft", s, 0.8), "steal_fraction": f}
@@ -229,7 +230,7 @@ def test_steal_and_other_processes_read_from_proc_stat_text():
 
 
 def test_ratios_of_a_round_on_a_busy_machine_are_marked():
-    from cpuft.bench.runner import median_run
+    from cpuft.bench.compare import median_run
 
     calm = median_run([{**result("trainer-best", 100.0, 0.8), "others_fraction": 0.01}] * 3)
     rounds = [{**result("cpuft", s, 0.8), "others_fraction": f}
@@ -268,7 +269,7 @@ def test_rounds_rotate_the_order_of_each_models_configurations():
 
 
 def test_accuracy_is_compared_as_the_mean_over_seeded_rounds():
-    from cpuft.bench.runner import median_run
+    from cpuft.bench.compare import median_run
 
     def seeded(config, accuracies):
         return median_run([{**result(config, 100.0 + i, a), "seed": 42 + i}
@@ -281,9 +282,13 @@ def test_accuracy_is_compared_as_the_mean_over_seeded_rounds():
     assert entry["configs"]["cpuft"]["rounds_seed"] == [42, 43, 44]
     assert entry["accuracy_delta_vs_trainer_best"] == pytest.approx(-0.0067, abs=1e-4)
     md = markdown(report)
-    assert "cpuft accuracy -0.67 points against trainer-best's (means over rounds) (target at " \
+    assert "cpuft accuracy -0.67 points against trainer-best's (means over seeds) (target at " \
         "least -0.2: NOT met)" in md
-    assert "0.8233 (mean of 3)" in md
+    assert "0.8233 (mean of 3 seeds)" in md
+    same_seed = [median_run([{**result(config, 100.0, 0.8), "seed": 42}] * 2)
+                 for config in ("trainer-best", "cpuft")]
+    assert "mean_accuracy" not in compare(same_seed, MATMUL)["models"]["minilm"]["configs"][
+        "cpuft"]
 
 
 def test_a_single_run_that_lost_cpu_is_flagged_with_advice():
@@ -294,7 +299,7 @@ def test_a_single_run_that_lost_cpu_is_flagged_with_advice():
 
 
 def test_peak_is_the_faster_matmul_measurement_per_format():
-    from cpuft.bench.runner import faster_matmul
+    from cpuft.bench.compare import faster_matmul
 
     before = {"bf16_gflops": 152.0, "fp32_gflops": 175.0, "seconds": 3.0}
     after = {"bf16_gflops": 140.0, "fp32_gflops": 260.0}
@@ -331,8 +336,8 @@ def test_the_chart_says_each_speed_up_with_its_spread_over_rounds(tmp_path):
 def test_a_run_above_the_measured_peak_is_said_in_words_and_the_peak_stays():
     """A square matmul timed in a slow moment (200 GFLOP/s), a run executing 240: the peak is
     not raised to the run's rate; the report says the probe read low."""
+    from cpuft.bench.compare import measured_peaks
     from cpuft.bench.report import utilisation_line
-    from cpuft.bench.runner import measured_peaks
     from cpuft.bench.utilisation import Peak
 
     cpuft = {**result("cpuft", 200.0, 0.8, "fp32"), "executed_flops_per_sample": 1.2e9,
