@@ -76,17 +76,8 @@ def verdicts(report: dict[str, Any]) -> list[str]:
                 ok = "met" if entry[key] >= target else "NOT met"
                 lines.append(f"{model}: cpuft {key.replace('_', ' ')} = {entry[key]:.2f}x "
                              f"(target {target}x: {ok}){busy_mark(busy, entry)}")
-        for score in ("accuracy", "test_accuracy"):
-            delta = entry.get(f"{score}_delta_vs_trainer_best")
-            if delta is None or delta != delta or model in NO_ACCURACY_TARGET:
-                continue
-            ok = "met" if delta >= -ACCURACY_TOLERANCE else "NOT met"
-            over = (" (means over seeds)" if f"mean_{score}" in entry["configs"]["cpuft"]
-                    else "")
-            what = "test accuracy" if score == "test_accuracy" else "accuracy"
-            lines.append(f"{model}: cpuft {what} {delta * 100:+.2f} points against "
-                         f"trainer-best's{over} (target at least -{ACCURACY_TOLERANCE * 100:.1f}:"
-                         f" {ok})")
+        if model not in NO_ACCURACY_TARGET:
+            lines += [f"{model}: {line}" for line in accuracy_lines(entry)]
         if "gain_over_variant" in entry:
             lines.append(f"{model}: {gains_line(entry)}")
         if "eval_loss_change_vs_trainer_best" in entry:
@@ -120,10 +111,30 @@ def verdicts(report: dict[str, Any]) -> list[str]:
                           else "rerun, or use --rounds")
                 lines.append(f"{model}: {name} lost {steal:.0%} of the CPU time to other guests "
                              f"of this VM (steal){where}, so that run's speed reads low: {advice}")
+    return lines + peak_lines(report)
+
+
+def accuracy_lines(entry: dict[str, Any]) -> list[str]:
+    """cpuft's accuracy (and test accuracy) against trainer-best's, with the target."""
+    lines = []
+    for score in ("accuracy", "test_accuracy"):
+        delta = entry.get(f"{score}_delta_vs_trainer_best")
+        if delta is None or delta != delta:  # none, or NaN
+            continue
+        ok = "met" if delta >= -ACCURACY_TOLERANCE else "NOT met"
+        over = " (means over seeds)" if f"mean_{score}" in entry["configs"]["cpuft"] else ""
+        what = score.replace("_", " ")
+        lines.append(f"cpuft {what} {delta * 100:+.2f} points against trainer-best's{over} "
+                     f"(target at least -{ACCURACY_TOLERANCE * 100:.1f}: {ok})")
+    return lines
+
+
+def peak_lines(report: dict[str, Any]) -> list[str]:
+    """The peaks the utilisation figures are divided by, and how each was made."""
     gf, peaks = report["matmul_gflops"], report["peak_gflops"]
-    lines.append(f"measured peak (best matmul, square 2048 or the models' shapes): bf16 "
-                 f"{peaks['bf16']:.0f} GFLOP/s, fp32 {peaks['fp32']:.0f} (square: bf16 "
-                 f"{gf['bf16']:.0f}, fp32 {gf['fp32']:.0f})")
+    lines = [f"measured peak (best matmul, square 2048 or the models' shapes): bf16 "
+             f"{peaks['bf16']:.0f} GFLOP/s, fp32 {peaks['fp32']:.0f} (square: bf16 "
+             f"{gf['bf16']:.0f}, fp32 {gf['fp32']:.0f})"]
     for fmt, basis in report.get("theoretical_peak_basis", {}).items():
         theory = report["theoretical_peak_gflops"][fmt]
         lines.append(f"theoretical {fmt} peak {theory:.0f} GFLOP/s: {basis}")
