@@ -100,7 +100,7 @@ def plan_runs(opts: BenchOptions) -> list[RunSpec]:
         own = configs_for(model)
         configs = [c for c in opts.configs if c in own] if opts.configs else list(
             c for c in own if c not in OPTIONAL_CONFIGS and c not in VARIANTS)
-        if opts.ablate and "cpuft" in own and not lm:
+        if opts.ablate and set(VARIANTS) <= set(own):  # classifiers: the variants are theirs
             configs = list(dict.fromkeys([*configs, "cpuft", *VARIANTS]))
         if not configs:
             raise CpuftError(f"--configs: {model} runs none of {', '.join(opts.configs)}; its "

@@ -479,11 +479,12 @@ def test_ablation_runs_cpuft_with_each_setting_changed_and_reports_what_each_giv
     from cpuft.bench.spec import VARIANTS
     from cpuft.bench.worker import run_config
 
-    runs = plan_runs(BenchOptions(models=["minilm", "smollm2-lora"], quick=True, ablate=True,
-                                  configs=["trainer-best", "cpuft"]))
+    runs = plan_runs(BenchOptions(models=["minilm", "smollm2-lora", "cnn"], quick=True,
+                                  ablate=True, configs=["trainer-best", "cpuft"]))
     assert [r.config for r in runs if r.model == "minilm"] == [
         "trainer-best", "cpuft", *VARIANTS]
     assert [r.config for r in runs if r.model == "smollm2-lora"] == ["trainer-best", "cpuft"]
+    assert [r.config for r in runs if r.model == "cnn"] == ["cpuft"]
     spec = next(r for r in runs if r.config == "cpuft-no-fast-dropout")
     assert run_config(spec).speedups.fast_dropout is False
     assert run_config(next(r for r in runs if r.config == "cpuft")).speedups.fast_dropout
