@@ -84,8 +84,9 @@ def verdicts(report: dict[str, Any]) -> list[str]:
             change, tolerance = entry["eval_loss_change_vs_trainer_best"], \
                 report["eval_loss_tolerance"]
             ok = "met" if abs(change) <= tolerance else "NOT met"
+            over = " (means over seeds)" if "mean_eval_loss" in entry["configs"]["cpuft"] else ""
             lines.append(f"{model}: cpuft eval loss {change:+.2%} against trainer-best's after the "
-                         f"same steps (target within {tolerance:.0%}: {ok})")
+                         f"same steps{over} (target within {tolerance:.0%}: {ok})")
             memory = entry["peak_memory_vs_trainer_best"]
             lines.append(f"{model}: cpuft peak memory {memory:.2f}x trainer-best's, "
                          f"{entry['train_peak_memory_vs_trainer_best']:.2f}x while training "

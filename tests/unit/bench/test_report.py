@@ -506,3 +506,20 @@ def test_each_configuration_starts_with_its_allocator():
         assert worker_env(config, ours) == (ours, ())
     for config in ("stock-2021", "plain-fp32", "cpuft-no-allocator"):
         assert worker_env(config, ours) == ({}, ("LD_PRELOAD", "MALLOC_CONF"))
+
+
+def test_a_decoders_eval_loss_is_compared_as_the_mean_over_seeds():
+    from cpuft.bench.compare import median_run
+
+    def seeded(config, losses):
+        return median_run([{**result(config, 10.0 + i, 0.8), "model": "smollm2-lora",
+                            "eval_loss": loss, "seed": 42 + i, "train_peak_memory_mb": 900.0}
+                           for i, loss in enumerate(losses)], "tokens_per_second")
+
+    report = compare([seeded("trainer-best", [0.245, 0.259, 0.281]),
+                      seeded("cpuft", [0.231, 0.273, 0.285])], MATMUL)
+    report["targets"], report["eval_loss_tolerance"] = {}, 0.01
+    entry = report["models"]["smollm2-lora"]
+    assert entry["eval_loss_change_vs_trainer_best"] == pytest.approx(0.789 / 0.785 - 1)
+    assert "cpuft eval loss +0.51% against trainer-best's after the same steps (means over " \
+        "seeds) (target within 1%: met)" in markdown(report)
