@@ -31,7 +31,8 @@ STOCK_COUNT = ("trainer-best", "stock-2021", "plain-best", "plain-fp32")
 
 def one_nominal_count(configs: dict[str, dict[str, Any]]) -> None:
     """Give every configuration of a model the stock model's nominal FLOPs at its own tokens
-    a sample: a patch that skips modules (cpuft's first-token layer) must not lower cpuft's."""
+    a sample: a patch that skips modules (cpuft's first-token layer) must not lower cpuft's.
+    Where no stock configuration ran (``--configs cpuft``), each keeps its own count."""
     stock = next((configs[c] for c in STOCK_COUNT if "weight_uses" in configs.get(c, {})), None)
     if stock is None:
         return
