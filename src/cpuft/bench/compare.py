@@ -15,6 +15,11 @@ SCORES = ("accuracy", "test_accuracy", "eval_loss")
 """The quality figures a run reports, compared as means where rounds give several."""
 
 
+def score(config: dict[str, Any], name: str) -> float:
+    """A configuration's ``name`` score: the mean over its seeds where rounds had several."""
+    return float(config.get(f"mean_{name}", config[name]))
+
+
 def measured_peaks(results: list[dict[str, Any]], matmul: dict[str, float]) -> dict[str, float]:
     """Per number format, the machine's measured peak: the best matmul the bench timed, at the
     square shape or at any model's own shapes. A run's own rate never raises it."""
@@ -109,15 +114,15 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float],
             if "rounds_tokens_per_second" in r:
                 config["rounds_tokens_per_second"] = r["rounds_tokens_per_second"]
             for key in ("rounds_steal_fraction", "rounds_others_fraction", "rounds_seed",
-                        *(f"rounds_{score}" for score in SCORES)):
+                        *(f"rounds_{name}" for name in SCORES)):
                 if key in r:
                     config[key] = r[key]
             if len(set(r.get("rounds_seed", []))) < 2:
                 continue  # rounds of one seed train alike: one accuracy, not a mean
-            for score in SCORES:
-                each = [v for v in r.get(f"rounds_{score}", []) if v == v]  # not NaN
+            for name in SCORES:
+                each = [v for v in r.get(f"rounds_{name}", []) if v == v]  # not NaN
                 if len(each) > 1:
-                    config[f"mean_{score}"] = statistics.fmean(each)
+                    config[f"mean_{name}"] = statistics.fmean(each)
     for entry in report["models"].values():
         configs = entry["configs"]
         if "cpuft" not in configs:
@@ -130,13 +135,12 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float],
             # Real tokens per second: stock-2021's random batches hold other samples, of
             # other lengths, than cpuft's (the other stock ways train on cpuft's batches).
             entry[key] = median_ratio(configs["cpuft"], configs[other])
-            for score in ("accuracy", "test_accuracy"):
-                if score in configs[other] and score in configs["cpuft"]:
-                    # Over every round where there were several (each its own seed, with
-                    # --seed-each-round): the quality of one run swings more than its speed.
-                    entry[key.replace("speedup", f"{score}_delta")] = (
-                        configs["cpuft"].get(f"mean_{score}", configs["cpuft"][score])
-                        - configs[other].get(f"mean_{score}", configs[other][score]))
+            for name in ("accuracy", "test_accuracy"):
+                if name in configs[other] and name in configs["cpuft"]:
+                    # Over every seed where there were several (--seed-each-round): the
+                    # quality of one run swings more than its speed.
+                    entry[key.replace("speedup", f"{name}_delta")] = (
+                        score(configs["cpuft"], name) - score(configs[other], name))
         entry["busy_rounds"] = busy_rounds(configs)
         gains = {name: median_ratio(configs["cpuft"], configs[name])
                  for name in VARIANTS if name in configs}
@@ -148,10 +152,8 @@ def compare(results: list[dict[str, Any]], matmul: dict[str, float],
                 configs["cpuft"]["train_loss"] / best["train_loss"] - 1)
         stock = configs.get("trainer-best", {})
         if "eval_loss" in stock:
-            ours = configs["cpuft"]  # means over seeds where rounds had several
             entry["eval_loss_change_vs_trainer_best"] = (
-                ours.get("mean_eval_loss", ours["eval_loss"])
-                / stock.get("mean_eval_loss", stock["eval_loss"]) - 1)
+                score(configs["cpuft"], "eval_loss") / score(stock, "eval_loss") - 1)
             for key in ("peak_memory_mb", "train_peak_memory_mb"):
                 entry[key.replace("_mb", "_vs_trainer_best")] = configs["cpuft"][key] / stock[key]
     return report

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cpuft.bench.compare import score
 from cpuft.bench.spec import configs_for
 from cpuft.bench.steal import BUSY_WARN, STEAL_WARN
 
@@ -118,13 +119,13 @@ def verdicts(report: dict[str, Any]) -> list[str]:
 def accuracy_lines(entry: dict[str, Any]) -> list[str]:
     """cpuft's accuracy (and test accuracy) against trainer-best's, with the target."""
     lines = []
-    for score in ("accuracy", "test_accuracy"):
-        delta = entry.get(f"{score}_delta_vs_trainer_best")
+    for name in ("accuracy", "test_accuracy"):
+        delta = entry.get(f"{name}_delta_vs_trainer_best")
         if delta is None or delta != delta:  # none, or NaN
             continue
         ok = "met" if delta >= -ACCURACY_TOLERANCE else "NOT met"
-        over = " (means over seeds)" if f"mean_{score}" in entry["configs"]["cpuft"] else ""
-        what = score.replace("_", " ")
+        over = " (means over seeds)" if f"mean_{name}" in entry["configs"]["cpuft"] else ""
+        what = name.replace("_", " ")
         lines.append(f"cpuft {what} {delta * 100:+.2f} points against trainer-best's{over} "
                      f"(target at least -{ACCURACY_TOLERANCE * 100:.1f}: {ok})")
     return lines
@@ -155,8 +156,7 @@ def gains_line(entry: dict[str, Any]) -> str:
         part = f"{what} {gain:.2f}x"
         ours, theirs = configs["cpuft"], configs[name]
         if "accuracy" in ours and "accuracy" in theirs:
-            delta = (theirs.get("mean_accuracy", theirs["accuracy"])
-                     - ours.get("mean_accuracy", ours["accuracy"]))
+            delta = score(theirs, "accuracy") - score(ours, "accuracy")
             if abs(delta) >= 0.0005:
                 part += f" (accuracy {delta * 100:+.2f} points)"
         parts.append(part)
