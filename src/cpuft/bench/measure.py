@@ -14,14 +14,11 @@ def run_fields(spec: Any, precision: str, reason: str, optimizer_kernel: str) ->
     """What every worker's result says of the run itself: which, in what precision, on what."""
     import torch
 
-    from cpuft.bench.placement import process_setup, started_as
-    from cpuft.bench.spec import VARIANTS
+    from cpuft.bench.placement import pinned, process_setup, started_as
 
-    started = started_as(spec.config)
-    pinned = started != "plain" and VARIANTS.get(spec.config, {}).get("pin_cores", True)
     return {"config": spec.config, "model": spec.model, "precision": precision,
             "precision_reason": reason, "optimizer_kernel": optimizer_kernel,
-            **process_setup(started, pinned=bool(pinned)), "seed": spec.seed,
+            **process_setup(started_as(spec.config), pinned(spec.config)), "seed": spec.seed,
             "torch": torch.__version__}
 
 

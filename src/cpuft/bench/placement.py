@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from cpuft.bench.spec import VARIANTS
+
 PLAIN_START = ("stock-2021", "plain-fp32")
 """Configurations started as a plain ``python train.py``."""
 ALLOCATOR_VARS = ("LD_PRELOAD", "MALLOC_CONF")
@@ -19,21 +21,20 @@ ALLOCATOR_VARS = ("LD_PRELOAD", "MALLOC_CONF")
 
 def worker_env(config: str, allocator_env: dict[str, str]
                ) -> tuple[dict[str, str], tuple[str, ...]]:
-    """(variables to set, variables to remove) for the worker process of ``config``."""
-    if config in PLAIN_START or config == "cpuft-no-allocator":
+    """(variables to set, variables to remove) for the worker process of ``config``: a plain
+    start, or an ablation variant that asks for the system allocator, gets none preloaded."""
+    if config in PLAIN_START or VARIANTS.get(config, {}).get("allocator") == "system":
         return {}, ALLOCATOR_VARS
     return allocator_env, ()
 
 
-def place_as_launcher() -> None:
-    """Threads and pinning as the launcher gives them, from the plan cpuft would make here:
-    one thread a physical core, the process pinned to one logical CPU of each."""
-    from cpuft.runtime.start import place_only
-
-    place_only()
+def pinned(config: str) -> bool:
+    """Whether ``config``'s process is pinned: all but the plain starts and the variant that
+    turns pinning off."""
+    return config not in PLAIN_START and VARIANTS.get(config, {}).get("pin_cores", True) is True
 
 
-def process_setup(started: str, pinned: bool) -> dict[str, Any]:
+def process_setup(started: str, is_pinned: bool) -> dict[str, Any]:
     """What this process runs on: allocator, threads, the logical CPUs its affinity allows,
     whether it was pinned to them, and how it was started ('plain', 'launcher' or 'cpuft')."""
     import torch
@@ -42,7 +43,7 @@ def process_setup(started: str, pinned: bool) -> dict[str, Any]:
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     return {"allocator": loaded_allocator(), "threads": torch.get_num_threads(),
-            "cpus": allowed, "pinned": pinned, "started": started}
+            "cpus": allowed, "pinned": is_pinned, "started": started}
 
 
 def started_as(config: str) -> str:

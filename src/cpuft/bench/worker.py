@@ -17,7 +17,7 @@ import torch
 
 from cpuft.bench.flops import nominal_terms, step_flops
 from cpuft.bench.measure import pace, peak_memory_mb, run_fields
-from cpuft.bench.placement import place_as_launcher, started_as
+from cpuft.bench.placement import started_as
 from cpuft.bench.spec import LOOP_MODELS, VARIANTS, RunSpec, lm_model
 from cpuft.bench.steal import read_ticks, shares
 from cpuft.bench.trainer import (
@@ -39,6 +39,7 @@ from cpuft.recipes.classifier import ClassifierRecipe, ClassifierTask
 from cpuft.recipes.classifier_eval import evaluate
 from cpuft.recipes.hf_models import default_model_path, load_tokenizer
 from cpuft.runtime import start
+from cpuft.runtime.start import place_only
 from cpuft.speedplan.probe import matmul_gflops
 
 
@@ -123,7 +124,7 @@ def train_with_cpuft(spec: RunSpec) -> tuple[ClassifierTask, tuple[str, str], li
 
 def run(spec: RunSpec) -> dict[str, Any]:
     if spec.config == "matmul" or started_as(spec.config) == "launcher":
-        place_as_launcher()
+        place_only()  # as torch's CPU launcher would: cpuft's threads and cores
     if spec.config == "matmul":
         return {"bf16_gflops": matmul_gflops("bf16"), "fp32_gflops": matmul_gflops("fp32"),
                 "threads": torch.get_num_threads()}

@@ -508,6 +508,13 @@ def test_each_configuration_starts_with_its_allocator():
         assert worker_env(config, ours) == ({}, ("LD_PRELOAD", "MALLOC_CONF"))
 
 
+def test_each_configuration_is_pinned_unless_started_plain_or_asked_not_to():
+    from cpuft.bench.placement import pinned
+
+    assert all(pinned(c) for c in ("trainer-best", "plain-best", "cpuft", "cpuft-no-allocator"))
+    assert not any(pinned(c) for c in ("stock-2021", "plain-fp32", "cpuft-no-pinning"))
+
+
 def test_a_decoders_eval_loss_is_compared_as_the_mean_over_seeds():
     from cpuft.bench.compare import median_run
 
