@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from cpuft.bench.utilisation import nominal_flops
 from cpuft.speedups.trial import evaluating, made_up_ids
 
 
@@ -55,13 +54,6 @@ def nominal_terms(model: Any) -> dict[str, float]:
     cfg = model.config
     return {"weight_uses": float(weight_uses(model)),
             "attention_coefficient": float(12 * cfg.num_hidden_layers * cfg.hidden_size)}
-
-
-def nominal_flops_per_sample(model: Any, mean_tokens: float) -> float:
-    """Training FLOPs for one sample of ``mean_tokens`` real tokens: 6 x non-embedding
-    weights (as often as a forward uses each) x tokens, plus attention's 12 x layers x width x
-    tokens^2."""
-    return nominal_flops(**nominal_terms(model), tokens=mean_tokens)
 
 
 def conv_backward_flops(grad_out_shape: Any, x_shape: Any, w_shape: Any, _bias: Any,

@@ -409,8 +409,9 @@ def test_flops_are_counted_as_the_step_runs_them_and_the_peak_at_the_models_shap
         executed_flops,
         matmul_peak_gflops,
         model_shapes,
-        nominal_flops_per_sample,
+        nominal_terms,
     )
+    from cpuft.bench.utilisation import nominal_flops
 
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     x = torch.randn(5, 8)
@@ -425,7 +426,7 @@ def test_flops_are_counted_as_the_step_runs_them_and_the_peak_at_the_models_shap
 
     model.config = Config()
     params = 8 * 16 + 16 + 16 * 4 + 4
-    assert nominal_flops_per_sample(model, 10.0) == 6 * params * 10 + 12 * 2 * 16 * 100
+    assert nominal_flops(**nominal_terms(model), tokens=10.0) == 6 * params * 10 + 12 * 2 * 16 * 100
 
 
 @pytest.mark.parametrize("groups", [1, 4])
