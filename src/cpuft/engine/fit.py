@@ -233,8 +233,9 @@ class _Loop:
         self.saved_step = 0
         self.saved_at = time.perf_counter()
         self.eval_seconds = 0.0
-        self.step_mark: tuple[float, float] | None = None
-        """When the last step ended, and the evaluation seconds by then."""
+        self.step_mark = (time.perf_counter(), 0.0)
+        """When the last step ended (the loop started, before the first), and the evaluation
+        seconds by then."""
         self.is_main = dist is None or dist.info.is_main
         first_of_node = dist is None or dist.info.local_rank == 0
         self.writes_checkpoints = self.is_main or (config.checkpoint_every_node and first_of_node)
@@ -252,6 +253,7 @@ class _Loop:
         self.window = {"samples": 0, "tokens": 0, "loss": 0.0, "steps": 0,
                        "start": time.perf_counter()}
         started = self.started = time.perf_counter()
+        self.step_mark = (started, self.eval_seconds)
         with stop_flag() as stop:
             try:
                 while self.step < config.total_steps:
@@ -290,8 +292,6 @@ class _Loop:
         batches = self.source.iterate(self.epoch, self.position)
         self.n_batches = n_batches
         while self.position < n_batches and self.step < config.total_steps:
-            if self.step_mark is None:
-                self.step_mark = (time.perf_counter(), self.eval_seconds)
             group = min(config.grad_accum, n_batches - self.position)
             stats = self.train_step(*[next(batches) for _ in range(group)])
             self.scheduler.step()
@@ -351,7 +351,6 @@ class _Loop:
         window["steps"] += 1
         result.losses.append(stats.loss)
         now = time.perf_counter()
-        assert self.step_mark is not None
         since, evaluated = self.step_mark
         result.step_seconds.append(now - since - (self.eval_seconds - evaluated))
         self.step_mark = (now, self.eval_seconds)
