@@ -1,6 +1,6 @@
-"""AdamW (fused where asked) with decoupled weight decay off for biases and norms, lazy row
-updates for sparse gradients (a word embedding), gradient clipping that takes both, and the
-linear warm-up/decay schedule."""
+"""AdamW (fused where asked) with decoupled weight decay off for biases and norms, that also
+steps sparse gradients (a word embedding's rows: AdamW's step, or a lazy one where asked), and
+gradient clipping that takes both."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from cpuft.kernels.adamw import adamw_rows
 
 
 def param_groups(model: nn.Module, weight_decay: float,
@@ -33,11 +35,18 @@ def param_groups(model: nn.Module, weight_decay: float,
 class AdamW(torch.optim.AdamW):
     """torch's AdamW, which also steps parameters whose gradient is sparse.
 
-    A sparse gradient (``nn.Embedding(sparse=True)``) moves only the rows the batch used, and
-    only their moments are updated (a lazy AdamW, as TensorFlow's LazyAdam): a vocabulary of 30k
-    rows costs what the few hundred tokens of a batch cost, not a pass over the whole matrix.
+    A sparse gradient (``nn.Embedding(sparse=True)``) holds the rows a batch used. By default
+    the step is still torch's dense AdamW on the whole table (the other rows' gradient is
+    zero: their moments decay and weight decay applies), computed from those rows by
+    cpuft.kernels' row kernel without a dense gradient, or by torch's step on the gradient
+    made dense where the kernel is not there. With ``lazy_rows`` only the rows used, and their
+    moments, are updated (a lazy AdamW, as TensorFlow's LazyAdam): faster, but not AdamW.
     Dense parameters take torch's (fused) AdamW unchanged.
     """
+
+    def __init__(self, params: Any, *, lazy_rows: bool = False, **settings: Any) -> None:
+        super().__init__(params, **settings)
+        self.lazy_rows = lazy_rows
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None,
@@ -58,7 +67,13 @@ class AdamW(torch.optim.AdamW):
                 if p.grad is None:
                     continue
                 if p.grad.is_sparse:
-                    self._lazy_step(p, group, grad_scale)
+                    if self.lazy_rows:
+                        self._lazy_step(p, group, grad_scale)
+                    elif not self._rows_step(p, group, grad_scale):
+                        p.grad = p.grad.to_dense()  # torch's step, as for any dense gradient
+                        if grad_scale is not None and not fused:
+                            dense.append(p.grad)
+                        continue
                     parked.append((p, p.grad))
                     p.grad = None  # torch's AdamW refuses sparse gradients and skips None
                 elif grad_scale is not None and not fused:
@@ -73,17 +88,42 @@ class AdamW(torch.optim.AdamW):
             for p, grad in parked:
                 p.grad = grad
 
+    def _state(self, p: torch.Tensor) -> dict[str, Any]:
+        """``p``'s state as torch's AdamW keeps it, made where there is none yet."""
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+    def _rows_step(self, p: torch.Tensor, group: dict[str, Any],
+                   grad_scale: torch.Tensor | None) -> bool:
+        """torch's dense step on ``p`` from its sparse gradient's rows, by the row kernel;
+        False, with nothing done, where the kernel or this parameter cannot take it."""
+        kernel, _ = adamw_rows()
+        if kernel is None or p.ndim != 2 or p.dtype != torch.float32 or group["amsgrad"] \
+                or group["maximize"] or not p.is_contiguous():
+            return False
+        grad = p.grad.coalesce()  # type: ignore[union-attr]
+        state = self._state(p)
+        state["step"] += 1
+        step = float(state["step"])
+        lr, (beta1, beta2) = float(group["lr"]), group["betas"]
+        kernel.step(p.detach(), state["exp_avg"], state["exp_avg_sq"], grad.indices()[0],
+                    grad.values().contiguous(), decay=1 - lr * group["weight_decay"],
+                    step_size=lr / (1 - beta1**step), bc2_sqrt=math.sqrt(1 - beta2**step),
+                    beta1=beta1, beta2=beta2, eps=group["eps"],
+                    grad_divisor=float(grad_scale) if grad_scale is not None else 1.0)
+        return True
+
     def _lazy_step(self, p: torch.Tensor, group: dict[str, Any],
                    grad_scale: torch.Tensor | None) -> None:
         grad = p.grad.coalesce()  # type: ignore[union-attr]
         rows, values = grad.indices()[0], grad.values()
         if grad_scale is not None:
             values = values / grad_scale
-        state = self.state[p]
-        if not state:
-            state["step"] = torch.tensor(0.0)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state = self._state(p)
         state["step"] += 1
         step = float(state["step"])
         beta1, beta2 = group["betas"]
@@ -100,8 +140,10 @@ class AdamW(torch.optim.AdamW):
 
 
 def build_optimizer(model: nn.Module, *, lr: float, weight_decay: float, fused: bool,
-                    stand_in: Callable[[torch.Tensor], torch.Tensor] | None = None) -> AdamW:
-    return AdamW(param_groups(model, weight_decay, stand_in), lr=lr, fused=fused or None)
+                    stand_in: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    lazy_rows: bool = False) -> AdamW:
+    return AdamW(param_groups(model, weight_decay, stand_in), lr=lr, fused=fused or None,
+                 lazy_rows=lazy_rows)
 
 
 def grad_norm(params: Iterable[torch.Tensor]) -> torch.Tensor:
@@ -121,9 +163,13 @@ def grad_norm(params: Iterable[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.get_total_norm(grads)
 
 
-def clip_step(optimizer: AdamW, params: Iterable[torch.Tensor], max_norm: float) -> None:
-    """``clip_grad_norm_`` then ``step``, the clipping done by the step (0 clips nothing)."""
-    divisor = None
-    if max_norm > 0:
-        divisor = torch.clamp((grad_norm(params) + 1e-6) / max_norm, min=1.0)
-    optimizer.step(grad_scale=divisor)
+def clip_step(optimizer: AdamW, params: Iterable[torch.Tensor],
+              max_norm: float) -> float | None:
+    """``clip_grad_norm_`` then ``step``, the clipping done by the step (0 clips nothing); the
+    gradients' norm before clipping, None where nothing clips (it is not computed then)."""
+    if max_norm <= 0:
+        optimizer.step()
+        return None
+    norm = grad_norm(params)
+    optimizer.step(grad_scale=torch.clamp((norm + 1e-6) / max_norm, min=1.0))
+    return float(norm)

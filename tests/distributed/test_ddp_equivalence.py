@@ -27,7 +27,8 @@ def train(argv, timeout=300):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("embeddings", ["--sparse-embeddings", "--no-sparse-embeddings"])
+@pytest.mark.parametrize("embeddings", ["--sparse-embeddings", "--embedding-rows",
+                                        "--no-embedding-rows"])
 def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path, embeddings):
     # No dropout (its masks would differ), and weights large enough that no gradient is so close
     # to 0 that AdamW turns rounding noise into a full step.
@@ -53,6 +54,7 @@ def test_two_ranks_equal_one_process_on_the_global_batch(tmp_path, embeddings):
     assert 0 <= summary["step_time_split"]["comm_wait_fraction"] < 1
     assert summary["train_samples"] == 72 and summary["steps"] == 6
     assert summary["speedups"]["sparse_embeddings"] is (embeddings == "--sparse-embeddings")
+    assert summary["speedups"]["embedding_rows"] is (embeddings == "--embedding-rows")
     assert summary["bucket_cap_mb"] == 25.0  # DDP's default, for fp32 gradients
 
 

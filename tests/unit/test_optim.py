@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from cpuft import optim
 from cpuft.optim import build_optimizer, clip_step, grad_norm
 
 
@@ -17,8 +18,9 @@ class Tiny(nn.Module):
         return self.head(self.embed(ids)).pow(2).mean()
 
 
-def train(model: Tiny, batches: list[torch.Tensor], max_norm: float = 0.0) -> None:
-    opt = build_optimizer(model, lr=0.05, weight_decay=0.1, fused=True)
+def train(model: Tiny, batches: list[torch.Tensor], max_norm: float = 0.0, *,
+          lazy: bool = False, fused: bool = True) -> None:
+    opt = build_optimizer(model, lr=0.05, weight_decay=0.1, fused=fused, lazy_rows=lazy)
     for ids in batches:
         model(ids).backward()
         clip_step(opt, model.parameters(), max_norm)
@@ -34,16 +36,47 @@ def test_lazy_rows_match_dense_adamw_when_every_row_is_used(max_norm):
     # Every row in every batch, some twice: lazy and dense AdamW then do the same thing.
     batches = [torch.tensor([[0, 1, 2, 3, 4, 5, 2]]) for _ in range(5)]
     train(dense, batches, max_norm)
-    train(sparse, batches, max_norm)
+    train(sparse, batches, max_norm, lazy=True)
     for a, b in zip(dense.parameters(), sparse.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-def test_rows_a_batch_does_not_use_stay_put():
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("max_norm", [0.0, 0.01])
+def test_sparse_rows_take_torchs_dense_adamw_on_the_whole_table(monkeypatch, kernel, fused,
+                                                                max_norm):
+    """Rows a batch skips still decay (moments and weights) as in torch's dense step: by the
+    row kernel, or, without it, by torch's step on the gradient made dense."""
+    if not kernel:
+        monkeypatch.setattr(optim, "adamw_rows", lambda: (None, "no kernel here"))
+    torch.manual_seed(0)
+    dense = Tiny(sparse=False)
+    sparse = copy.deepcopy(dense)
+    sparse.embed.sparse = True
+    # Rows 4 and 5 are never used; rows 0-3 are skipped by some steps, repeated in others.
+    batches = [torch.tensor([[0, 1, 1]]), torch.tensor([[2, 3]]), torch.tensor([[3, 0, 3]])]
+    ref_opt = torch.optim.AdamW([{"params": [dense.embed.weight, dense.head.weight],
+                                  "weight_decay": 0.1},
+                                 {"params": [dense.head.bias], "weight_decay": 0.0}], lr=0.05)
+    for ids in batches:
+        dense(ids).backward()
+        if max_norm:
+            torch.nn.utils.clip_grad_norm_(dense.parameters(), max_norm)
+        ref_opt.step()
+        ref_opt.zero_grad()
+    before = sparse.embed.weight.detach().clone()
+    train(sparse, batches, max_norm, fused=fused)
+    assert not torch.equal(sparse.embed.weight[4:], before[4:])  # weight decay and momentum
+    for a, b in zip(dense.parameters(), sparse.parameters(), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+
+
+def test_lazy_rows_a_batch_does_not_use_stay_put():
     torch.manual_seed(0)
     model = Tiny(sparse=True)
     before = model.embed.weight.detach().clone()
-    train(model, [torch.tensor([[0, 1, 1]]), torch.tensor([[1, 0]])])
+    train(model, [torch.tensor([[0, 1, 1]]), torch.tensor([[1, 0]])], lazy=True)
     after = model.embed.weight.detach()
     assert torch.equal(after[2:], before[2:])
     assert not torch.equal(after[:2], before[:2])
@@ -77,9 +110,12 @@ def test_clipping_in_the_step_equals_torch_clip_then_adamw(fused, max_norm):
         x = torch.randn(8, 5)
         ours(x).pow(2).mean().backward()
         ref(x).pow(2).mean().backward()
-        clip_step(opt, ours.parameters(), max_norm)
+        norm = clip_step(opt, ours.parameters(), max_norm)
         if max_norm:
-            torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
+            want = torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
+            assert norm == pytest.approx(float(want), rel=1e-6)  # before clipping, as torch's
+        else:
+            assert norm is None  # nothing clips: no norm computed
         ref_opt.step()
         opt.zero_grad(set_to_none=True)
         ref_opt.zero_grad(set_to_none=True)

@@ -45,6 +45,7 @@ class FitSettings(TypedDict, total=False):
     attention: Attention
     fast_dropout: bool
     sparse_embeddings: bool
+    embedding_rows: bool
     first_token_layer: bool
     counted_logits: bool
     fused_gelu: bool

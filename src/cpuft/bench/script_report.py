@@ -9,7 +9,8 @@ SCRIPT_COLUMNS = ("configuration", "ms a step", "steps/s", "threads", "allocator
                   "vs plain")
 PLAN_DECISIONS = ("precision", "bf16_weights", "fused_optimizer", "fast_dropout", "attention",
                   "fused_gelu", "relative_span", "dynamic_conv", "channels_last",
-                  "first_token_layer", "counted_logits", "sparse_embeddings")
+                  "first_token_layer", "counted_logits", "sparse_embeddings",
+                  "embedding_rows")
 """The speed-ups of a plan that act on a script's model, in the order the report names them."""
 
 

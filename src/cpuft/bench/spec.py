@@ -19,6 +19,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "cpuft-no-first-token-layer": {"first_token_layer": False},
     "cpuft-no-fused-gelu": {"fused_gelu": False},
     "cpuft-no-bf16-weights": {"bf16_weights": False},
+    "cpuft-no-embedding-rows": {"embedding_rows": False},
     "cpuft-sparse-embeddings": {"sparse_embeddings": True},
 }
 """cpuft with one setting changed, on a classifier (``--ablate``): each speed-up turned off

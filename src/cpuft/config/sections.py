@@ -201,6 +201,10 @@ class SpeedupConfig:
     uses are updated (and, across ranks, sent). Off by default: it is not AdamW's update (rows a
     batch does not use get no decay of their moments or weights); benchmarks/RESULTS.md has its
     speed and quality beside the default's."""
+    embedding_rows: bool = True
+    """Word-embedding gradients as the rows a batch used, from which a kernel makes AdamW's
+    step on the whole table: no dense gradient of vocabulary x width is written, zeroed and
+    read at every step. The update is AdamW's (unlike --sparse-embeddings')."""
     first_token_layer: bool = True
     """Where a classifier's head reads only the first token of the last layer (checked by
     running it), compute that layer for that token alone; the loss and gradients are

@@ -74,6 +74,9 @@ class FitConfig:
     """Holds the weights in another dtype than the optimizer's for the loop (bf16 weights with
     fp32 masters); None trains the model's own parameters."""
     fused_optimizer: bool = True
+    lazy_rows: bool = False
+    """Step sparse gradients (a word embedding's rows) lazily: the rows used alone, not AdamW's
+    step on the whole table (cpuft.optim.AdamW)."""
     compile: bool = False
     output_dir: Path | None = None
     """Where checkpoints go; None writes none."""
@@ -211,7 +214,7 @@ class _Loop:
         self.evaluate = evaluate
         self.optimizer = build_optimizer(
             model, lr=config.lr, weight_decay=config.weight_decay, fused=config.fused_optimizer,
-            stand_in=weights.master if weights is not None else None)
+            stand_in=weights.master if weights is not None else None, lazy_rows=config.lazy_rows)
         self.scheduler = _scheduler(self.optimizer, config)
         forward_model: nn.Module = model
         if dist is not None:
@@ -365,6 +368,7 @@ class _Loop:
             "epoch": round(self.epoch + self.position / self.n_batches, 4),
             "loss": stats.loss,
             "lr": self.scheduler.get_last_lr()[0],
+            **({"grad_norm": stats.grad_norm} if stats.grad_norm is not None else {}),
             "samples_per_second": window["samples"] * world / elapsed,
             "tokens_per_second": window["tokens"] * world / elapsed,
             "seconds": now - self.started,

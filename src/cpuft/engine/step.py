@@ -70,6 +70,8 @@ class StepStats:
     """Real (not padding) tokens, over the micro-batches."""
     comm_wait: float
     """Seconds after the last gradient was computed, waiting for its reduction."""
+    grad_norm: float | None = None
+    """The gradients' norm before clipping (None where no clipping computed it)."""
 
 
 class TrainStep:
@@ -90,11 +92,12 @@ class TrainStep:
     @classmethod
     def standalone(cls, model: nn.Module, *, precision: str | None,
                    weights_factory: WeightsFactory | None = None, lr: float = 1e-4,
-                   weight_decay: float = 0.01) -> TrainStep:
+                   weight_decay: float = 0.01, lazy_rows: bool = False) -> TrainStep:
         """``fit``'s step on one process with a fused AdamW of its own: for benchmarks."""
         weights = weights_factory(model, True) if weights_factory is not None else None
         optimizer = build_optimizer(model, lr=lr, weight_decay=weight_decay, fused=True,
-                                    stand_in=weights.master if weights is not None else None)
+                                    stand_in=weights.master if weights is not None else None,
+                                    lazy_rows=lazy_rows)
         return cls(model, optimizer, precision=precision, weights=weights)
 
     def __call__(self, *micro: Batch) -> StepStats:
@@ -119,9 +122,9 @@ class TrainStep:
             stats.samples += samples
             stats.tokens += tokens
         if self.weights is not None:
-            self.weights.step(self.optimizer, self.trained, self.max_grad_norm)
+            stats.grad_norm = self.weights.step(self.optimizer, self.trained, self.max_grad_norm)
         else:
-            clip_step(self.optimizer, self.trained, self.max_grad_norm)
+            stats.grad_norm = clip_step(self.optimizer, self.trained, self.max_grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
         return stats
 

@@ -27,8 +27,10 @@ class WeightHolder(Protocol):
         """Take the gradients of this micro-batch's backward pass into the masters'."""
         ...
 
-    def step(self, optimizer: AdamW, params: list[torch.Tensor], max_norm: float) -> None:
-        """Clip, step the masters and write them back into the model's weights."""
+    def step(self, optimizer: AdamW, params: list[torch.Tensor],
+             max_norm: float) -> float | None:
+        """Clip, step the masters and write them back into the model's weights; the
+        gradients' norm before clipping, where it was computed."""
         ...
 
     def state_dict(self) -> dict[str, Any]:

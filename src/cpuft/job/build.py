@@ -61,6 +61,7 @@ def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
         precision=plan.precision,
         weights=weights_for(plan),
         fused_optimizer=plan.fused_optimizer,
+        lazy_rows=plan.on("sparse_embeddings"),
         compile=plan.compile == "on",
         output_dir=output_dir,
         save_steps=cfg.output.save_steps,
@@ -99,7 +100,8 @@ class Run:
         return TrainStep.standalone(self.task.model, precision=self.plan.precision,
                                     weights_factory=weights_for(self.plan),
                                     lr=self.cfg.optimization.lr,
-                                    weight_decay=self.cfg.optimization.weight_decay)
+                                    weight_decay=self.cfg.optimization.weight_decay,
+                                    lazy_rows=self.plan.on("sparse_embeddings"))
 
 
 def build_run(cfg: TrainConfig, plan: SpeedPlan, *, recipe: Recipe | None = None,

@@ -1,4 +1,5 @@
-"""adamw_bf16.c on torch tensors: AdamW for bf16 weights with fp32 masters, in one pass."""
+"""adamw_bf16.c on torch tensors: AdamW for bf16 weights with fp32 masters, in one pass, and
+AdamW for a table from the rows of its gradient that are not zero."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import ctypes
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -26,6 +28,12 @@ def _pointers(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> ctypes.Arr
             raise ValueError(f"expected contiguous CPU {dtype} tensors, got {t.dtype} "
                              f"{'contiguous' if t.is_contiguous() else 'strided'} on {t.device}")
     return (_PTRS * len(tensors))(*[t.data_ptr() for t in tensors])
+
+
+def _array(t: torch.Tensor, dtype: torch.dtype, ctype: Any) -> Any:
+    """``t``'s memory as a C array of ``ctype``."""
+    _pointers([t], dtype)  # checks that the kernel can read it
+    return ctypes.cast(t.data_ptr(), ctypes.POINTER(ctype))
 
 
 def _floats(values: Sequence[float]) -> ctypes.Array[ctypes.c_float]:
@@ -155,3 +163,44 @@ def adamw_bf16() -> tuple[AdamWBf16 | None, str]:
     if sum_squares is None or step is None:
         return None, note
     return AdamWBf16(sum_squares, step), note
+
+
+class AdamWRows:
+    """cpuft_adamw_rows of adamw_bf16.c: torch's dense AdamW step on a 2-d fp32 table whose
+    gradient is given as its rows that are not all zero."""
+
+    def __init__(self, step: Kernel) -> None:
+        self._step = step
+
+    def step(self, table: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+             rows: torch.Tensor, values: torch.Tensor, *, decay: float, step_size: float,
+             bc2_sqrt: float, beta1: float, beta2: float, eps: float,
+             grad_divisor: float) -> None:
+        """Update ``table`` and its moments in place; the gradient is ``values[j]`` at row
+        ``rows[j]`` (sorted, distinct, as a coalesced sparse tensor has them), zero elsewhere.
+        Terms as in ``AdamWBf16.step``."""
+        if table.ndim != 2 or values.ndim != 2 or values.shape[1] != table.shape[1] \
+                or rows.shape != (values.shape[0],):
+            raise ValueError(f"rows {tuple(rows.shape)} and values {tuple(values.shape)} do not "
+                             f"fit a table of {tuple(table.shape)}")
+        for t in (table, exp_avg, exp_avg_sq):
+            if t.shape != table.shape:
+                raise ValueError("the table and its moments differ in shape")
+        if len(rows) and (int(rows[0]) < 0 or int(rows[-1]) >= table.shape[0]
+                          or bool((rows[1:] <= rows[:-1]).any())):
+            raise ValueError("rows must be distinct, sorted and inside the table")
+        floats = functools.partial(_array, dtype=torch.float32, ctype=ctypes.c_float)
+        self._step(table=floats(table), exp_avg=floats(exp_avg), exp_avg_sq=floats(exp_avg_sq),
+                   n_rows=table.shape[0], width=table.shape[1],
+                   used=_array(rows, torch.int64, ctypes.c_int64), values=floats(values),
+                   n_used=len(rows),
+                   decay=decay, step_size=step_size, bc2_sqrt=bc2_sqrt,
+                   one_minus_beta1=1.0 - beta1, beta2=beta2, one_minus_beta2=1.0 - beta2,
+                   eps=eps, grad_divisor=grad_divisor)
+
+
+@functools.cache
+def adamw_rows() -> tuple[AdamWRows | None, str]:
+    """The row kernel, or None and why it is not there."""
+    step, note = load_kernel("adamw_bf16", "cpuft_adamw_rows")
+    return (AdamWRows(step) if step is not None else None), note

@@ -230,19 +230,22 @@ class Bf16Weights:
         if slots:
             torch._foreach_copy_(slots, grads)
 
-    def step(self, optimizer: AdamW, params: list[torch.Tensor], max_norm: float) -> None:
+    def step(self, optimizer: AdamW, params: list[torch.Tensor],
+             max_norm: float) -> float | None:
         """``clip_step(optimizer, params, max_norm)`` then ``publish()``: with the kernel, the
         masters are stepped by it and the other parameters (the fp32 embeddings) by
-        ``optimizer``, clipped by one norm over all of them."""
+        ``optimizer``, clipped by one norm over all of them. The gradients' norm before
+        clipping (None where it was not computed)."""
         groups = optimizer.param_groups
         if self._kernel is None or any(g["amsgrad"] or g["maximize"] for g in groups):
             self._fold()  # what the kernel would have read as bf16
             self._folded = False
-            clip_step(optimizer, params, max_norm)
+            norm = clip_step(optimizer, params, max_norm)
             self.publish()
-            return
-        if self._steady_step(optimizer, params, max_norm):
-            return
+            return norm
+        norm = self._steady_step(optimizer, params, max_norm)
+        if norm is not None:
+            return norm
         self._steady = None
         low_of = self._low_of
         steady = not self._folded
@@ -259,7 +262,8 @@ class Bf16Weights:
         folded = [m for group in ours for m in group if m.grad is not None]
         if folded:
             squares += float(grad_norm(folded)) ** 2
-        divisor = self._divisor(squares, params, max_norm)
+        squares = self._all_squares(squares, params)
+        divisor = _divisor(squares, max_norm)
         for index, masters in enumerate(ours):
             self._kernel_step(optimizer, index, masters, grads, low_of, divisor)
         if steady and all(len(a) == len(b) for a, b in zip(ours, roster, strict=True)) \
@@ -273,14 +277,15 @@ class Bf16Weights:
         # The masters hold no gradient now, so this steps the others alone (and, with none,
         # still counts a step for the schedulers and hooks that watch the optimizer).
         optimizer.step(grad_scale=torch.tensor(divisor))
+        return math.sqrt(squares)
 
-    def _divisor(self, squares: float, params: list[torch.Tensor], max_norm: float) -> float:
-        """``_divisor`` of the norm over the held weights' gradients (``squares``) and those
-        of the other parameters (the embeddings)."""
+    def _all_squares(self, squares: float, params: list[torch.Tensor]) -> float:
+        """The squared norm over the held weights' gradients (``squares``) and those of the
+        other parameters (the embeddings)."""
         others = [p for p in self._others(params) if p.grad is not None]
         if others:
             squares += float(grad_norm(others)) ** 2
-        return _divisor(squares, max_norm)
+        return squares
 
     def _others(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
         """The parameters of ``params`` that are not held in bf16 (the embeddings)."""
@@ -305,24 +310,25 @@ class Bf16Weights:
         return _Steady(optimizer.state, roster, groups, size_array(sizes))
 
     def _steady_step(self, optimizer: AdamW, params: list[torch.Tensor],
-                     max_norm: float) -> bool:
+                     max_norm: float) -> float | None:
         """The step as ``step`` takes it, in fewer passes over the weights: MobileBERT's
-        1100 took ~1 us each a pass in Python beside a kernel that needs 18 ms. False, with
-        nothing changed, where the last step's arrays do not hold for this one."""
+        1100 took ~1 us each a pass in Python beside a kernel that needs 18 ms. Its norm; None,
+        with nothing changed, where the last step's arrays do not hold for this one."""
         steady, groups = self._steady, optimizer.param_groups
         if steady is None or self._folded or steady.state is not optimizer.state \
                 or steady.roster is not self._roster(groups):
-            return False
+            return None
         found = []
         for _, lows, prepared, _ in steady.groups:
             at = bf16_addresses([p.grad for p in lows], prepared.sizes)
             if at is None:
-                return False
+                return None
             found.append(at)
         assert self._kernel is not None
         squares = self._kernel.sum_squares_at(address_array([a for at in found for a in at]),
                                               steady.sizes)
-        divisor = self._divisor(squares, params, max_norm)
+        squares = self._all_squares(squares, params)
+        divisor = _divisor(squares, max_norm)
         for at, (index, _, prepared, counts) in zip(found, steady.groups, strict=True):
             counts.add_(1.0)
             self._kernel.step_at(address_array(at), True, prepared=prepared,
@@ -331,7 +337,7 @@ class Bf16Weights:
         for p in self.low:
             p.grad = None
         optimizer.step(grad_scale=torch.tensor(divisor))
-        return True
+        return math.sqrt(squares)
 
     def _roster(self, groups: list[dict[str, Any]]
                 ) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:

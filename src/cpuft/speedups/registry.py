@@ -20,7 +20,8 @@ from cpuft.speedplan.speed_plan import Decision, SpeedPlan
 from cpuft.topology import Topology
 
 BUILT_IN = {"fast_dropout": "dropout", "attention": "attention",
-            "sparse_embeddings": "sparse_embeddings", "first_token_layer": "first_token",
+            "sparse_embeddings": "sparse_embeddings", "embedding_rows": "sparse_embeddings",
+            "first_token_layer": "first_token",
             "counted_logits": "counted_logits", "fused_gelu": "fused_gelu",
             "relative_span": "relative_span", "dynamic_conv": "dynamic_conv",
             "channels_last": "channels_last", "bf16_weights": "bf16_weights"}

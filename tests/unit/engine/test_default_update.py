@@ -1,5 +1,6 @@
 """cpuft's default update is torch's AdamW on every parameter, as HF Trainer makes it: the same
-decay groups, clipping and schedule, the word embedding's unused rows included."""
+decay groups, clipping and schedule, the word embedding's unused rows included (its gradient
+comes as the rows a batch used, from which cpuft makes the dense step)."""
 
 import torch
 
@@ -30,6 +31,9 @@ def test_two_default_steps_are_torchs_adamw_on_every_parameter(tmp_path):
                        "precision": "fp32", "progress": False, "compile": "off"})
     run = build_run(cfg, preview(cfg))
     assert not run.plan.speedups["sparse_embeddings"].on
+    # the word embedding's gradient comes as rows; the row kernel makes the dense step of them
+    assert run.plan.speedups["embedding_rows"].on
+    assert run.task.model.get_input_embeddings().sparse
     batches = [dict(b) for b, _ in zip(run.source.iterate(0), range(2), strict=False)]
 
     stock = AutoModelForSequenceClassification.from_pretrained(model_dir)

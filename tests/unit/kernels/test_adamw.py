@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cpuft.kernels import build
-from cpuft.kernels.adamw import adamw_bf16
+from cpuft.kernels.adamw import adamw_bf16, adamw_rows
 from cpuft.optim import build_optimizer
 from cpuft.speedups.bf16_weights import Bf16Weights
 from tests.helpers import FAMILIES, backward
@@ -98,9 +98,13 @@ def test_a_fused_step_matches_clip_step_then_publish(micro_batches):
             model.bert.embeddings.token_type_embeddings.weight.data.normal_()
             backward(model)
             weights.fold_grads(last=micro == micro_batches - 1)
-        weights.step(optimizer, trained, max_norm=0.5)
-        runs[fused] = (model, weights, optimizer)
-    (plain, plain_weights, plain_opt), (fused, fused_weights, fused_opt) = runs[False], runs[True]
+        norm = weights.step(optimizer, trained, max_norm=0.5)
+        runs[fused] = (model, weights, optimizer, norm)
+    (plain, plain_weights, plain_opt, plain_norm), (fused, fused_weights, fused_opt, fused_norm) \
+        = runs[False], runs[True]
+    # the norm before clipping, from the kernel's sums as from the folded fp32 gradients
+    assert plain_norm is not None and plain_norm > 0
+    assert fused_norm == pytest.approx(plain_norm, rel=1e-5)
     moved = 0
     for (name, a), b in zip(plain.named_parameters(), fused.parameters(), strict=True):
         ma, mb = plain_weights.master(a), fused_weights.master(b)
@@ -128,8 +132,13 @@ def test_steps_reuse_their_arrays_until_a_loaded_state_brings_other_tensors(monk
     monkeypatch.setattr(type(kernel()), "prepare",
                         lambda self, *a: prepares.append(len(a[0])) or original(self, *a))
     steady_step = Bf16Weights._steady_step
-    monkeypatch.setattr(Bf16Weights, "_steady_step",
-                        lambda self, *a: steady.append(steady_step(self, *a)) or steady[-1])
+
+    def counted_steady_step(self, *args):
+        norm = steady_step(self, *args)
+        steady.append(norm is not None)  # None: the step went the long way
+        return norm
+
+    monkeypatch.setattr(Bf16Weights, "_steady_step", counted_steady_step)
     runs = {}
     for forget in (False, True):
         prepares.clear()
@@ -225,3 +234,48 @@ def test_an_optimizer_the_kernel_does_not_do_takes_the_bf16_gradients_through_to
     assert sum(not torch.equal(a, b) for a, b in zip(before, weights.masters, strict=True)) > 10
     for p, m in zip(weights.low, weights.masters, strict=True):
         assert torch.equal(p.detach(), m.bfloat16())
+
+
+def row_kernel():
+    loaded, note = adamw_rows()
+    assert loaded is not None, f"the kernel did not build: {note}"
+    return loaded
+
+
+@pytest.mark.parametrize("used", [[], [0], [3, 4, 98], list(range(100))])
+def test_a_step_from_rows_is_torchs_dense_step_on_the_whole_table(used):
+    """Rows split unevenly over threads, a used row at either end or none: every row moves as
+    torch's fused AdamW moves it with the gradient zero outside ``used``."""
+    gen = torch.Generator().manual_seed(0)
+    table = torch.nn.Parameter(torch.randn(100, 33, generator=gen))
+    reference = torch.optim.AdamW([table], lr=1e-2, weight_decay=0.1, fused=True)
+    for _ in range(3):
+        table.grad = torch.randn(table.shape, generator=gen)
+        reference.step()
+    ours = table.detach().clone()
+    state = copy.deepcopy(reference.state[table])
+    rows = torch.tensor(used, dtype=torch.int64)
+    values = torch.randn(len(used), 33, generator=gen)
+    table.grad = torch.zeros_like(table)
+    table.grad[rows] = values / 2.5
+    reference.step()
+    step = float(state["step"]) + 1
+    row_kernel().step(ours, state["exp_avg"], state["exp_avg_sq"], rows, values,
+                      decay=1 - 1e-2 * 0.1, step_size=1e-2 / (1 - 0.9**step),
+                      bc2_sqrt=math.sqrt(1 - 0.999**step), beta1=0.9, beta2=0.999, eps=1e-8,
+                      grad_divisor=2.5)
+    want = reference.state[table]
+    torch.testing.assert_close(state["exp_avg"], want["exp_avg"], rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(state["exp_avg_sq"], want["exp_avg_sq"], rtol=1e-6, atol=1e-10)
+    torch.testing.assert_close(ours, table.detach(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(("rows", "match"), [([2, 1], "sorted"), ([1, 1], "distinct"),
+                                             ([0, 4], "inside"), ([-1], "inside")])
+def test_the_row_kernel_refuses_rows_it_would_misread(rows, match):
+    table = torch.zeros(4, 3)
+    with pytest.raises(ValueError, match=match):
+        row_kernel().step(table, torch.zeros(4, 3), torch.zeros(4, 3),
+                          torch.tensor(rows), torch.zeros(len(rows), 3), decay=1.0,
+                          step_size=1.0, bc2_sqrt=1.0, beta1=0.9, beta2=0.999, eps=1e-8,
+                          grad_divisor=1.0)

@@ -89,6 +89,7 @@ def test_loops_of_ones_own_get_it_unless_it_says_otherwise(toys):
 
 
 def test_cpuft_own_speed_ups_are_registered_in_patching_order():
-    assert list(registry.registered())[:10] == [
-        "fast_dropout", "attention", "sparse_embeddings", "first_token_layer", "counted_logits",
-        "fused_gelu", "relative_span", "dynamic_conv", "channels_last", "bf16_weights"]
+    assert list(registry.registered())[:11] == [
+        "fast_dropout", "attention", "sparse_embeddings", "embedding_rows", "first_token_layer",
+        "counted_logits", "fused_gelu", "relative_span", "dynamic_conv", "channels_last",
+        "bf16_weights"]
