@@ -13,7 +13,14 @@ torch: these names load on first use.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # their real signatures for type checkers and editors; loaded lazily below
+    from cpuft import distributed as distributed
+    from cpuft.api.fit import fit as fit
+    from cpuft.api.optimize import autocast as autocast
+    from cpuft.api.optimize import optimize as optimize
+    from cpuft.api.optimize import report_plan as report_plan
 
 __version__ = "0.1.0"
 _API = {"optimize": "cpuft.api.optimize", "autocast": "cpuft.api.optimize",
@@ -21,11 +28,13 @@ _API = {"optimize": "cpuft.api.optimize", "autocast": "cpuft.api.optimize",
 __all__ = [*_API, "distributed"]
 
 
-def __getattr__(name: str) -> Any:
-    import importlib
+if not TYPE_CHECKING:  # hidden from type checkers, which would take every name for Any
 
-    if name in _API:
-        return getattr(importlib.import_module(_API[name]), name)
-    if name == "distributed":
-        return importlib.import_module("cpuft.distributed")
-    raise AttributeError(f"module 'cpuft' has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        import importlib
+
+        if name in _API:
+            return getattr(importlib.import_module(_API[name]), name)
+        if name == "distributed":
+            return importlib.import_module("cpuft.distributed")
+        raise AttributeError(f"module 'cpuft' has no attribute {name!r}")

@@ -17,9 +17,11 @@ pytestmark = pytest.mark.multiprocess
 
 CHATTY = '''
 import os, sys
+import torch
 import cpuft.distributed
 
 rank, world = cpuft.distributed.init()
+torch.distributed.barrier()  # a job that communicates: no warning joins the last line
 for i in range(300):
     if i % 2:  # a line in two writes, the way print() writes under PYTHONUNBUFFERED
         os.write(1, f"rank {rank} line {i} first half, ".encode())
@@ -61,3 +63,21 @@ def test_a_script_that_never_joins_its_job_is_named(tmp_path):
     warning = [line for line in proc.stdout.splitlines() if "without joining its job" in line]
     assert len(warning) == 1 and "job.py ended without joining its job: its 2 ranks ran as 2 " \
         "separate copies" in warning[0]
+
+
+@pytest.mark.parametrize("communicates", [False, True])
+def test_a_script_that_joins_but_never_communicates_is_named(tmp_path, communicates):
+    """A process group made and left unused (accelerate's, under a Trainer that never wraps
+    the model) means as many separate copies as ranks."""
+    script = ("import torch, torch.distributed as dist\n"
+              "dist.init_process_group('gloo')\n"
+              + ("dist.all_reduce(torch.ones(1))\n" if communicates else "")
+              + "print('trained')\n")
+    proc = launch(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    warning = [line for line in proc.stdout.splitlines() if "never communicated" in line]
+    if communicates:
+        assert warning == []
+    else:
+        assert len(warning) == 1 and "job.py joined its job but never communicated in it: its " \
+            "2 ranks trained as 2 separate copies" in warning[0]

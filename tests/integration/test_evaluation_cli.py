@@ -30,11 +30,22 @@ def test_evaluations_the_best_model_and_tensorboard_events(tiny_model, tmp_path)
 
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
-    assert {"train/loss", "train/lr", "eval/accuracy", "eval/f1"} <= set(events.Tags()["scalars"])
+    tags = events.Tags()
+    # HF Trainer's tag names, so that dashboards made for Trainer runs read cpuft's
+    assert {"train/loss", "train/learning_rate", "train/grad_norm", "train/epoch",
+            "eval/accuracy", "eval/f1"} <= set(tags["scalars"])
     assert [e.step for e in events.Scalars("train/loss")] == [2, 4, 6]
-    losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
               if '"loss"' in line]
-    assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(losses, rel=1e-6)
+    assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(
+        [r["loss"] for r in logged], rel=1e-6)
+    norms = [r["grad_norm"] for r in logged]
+    assert all(n > 0 for n in norms)
+    assert [e.value for e in events.Scalars("train/grad_norm")] == pytest.approx(norms, rel=1e-6)
+    # the run's settings, as Trainer writes its arguments: hyperparameters and the args text
+    assert events.PluginTagToContent("hparams")
+    text = events.Tensors("args/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert json.loads(text)["max_steps"] == 6 and json.loads(text)["eval_steps"] == 2
     assert [e.value for e in events.Scalars("eval/accuracy")] == pytest.approx(
         [e["eval_accuracy"] for e in evaluations], rel=1e-6)
 

@@ -23,7 +23,7 @@ from torch import nn
 from cpuft.api.checks import check_model, validate_arguments
 from cpuft.api.fit_settings import FitSettings
 from cpuft.api.optimize import remember_plan
-from cpuft.config import TrainConfig, config_from
+from cpuft.config import TrainConfig, config_from, to_flat
 from cpuft.config.fields import settings
 from cpuft.distributed import rank0_value
 from cpuft.engine.checkpoint import latest_checkpoint
@@ -310,7 +310,7 @@ def fit(model: nn.Module, data: Iterable[Any], *, loss_fn: LossFn | None = None,
     aside = clear_output_dir(out, None) if out is not None and replaces and rank == 0 else None
     try:
         sinks = metric_sinks(out, resume_from, type(model).__name__ if cfg.output.progress
-                             else None, cfg.output.report_to) if rank == 0 else []
+                             else None, cfg.output.report_to, to_flat(cfg)) if rank == 0 else []
         return engine_fit(model, source, fit_config(cfg, plan, total, out, resume_from),
                           loss_fn=loss, logger=MetricLogger(sinks), dist=dist,
                           evaluate=(lambda: evaluate(model)) if evaluate is not None else None)

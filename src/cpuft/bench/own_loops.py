@@ -113,6 +113,7 @@ def set_up(config: str, model: nn.Module, lr: float, weight_decay: float,
     """``config``'s loop around ``model``; ``example_input`` is a batch of its inputs."""
     import cpuft
 
+    optimizer: torch.optim.Optimizer
     if config == "plain-fp32":
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         return Loop(model, optimizer, _as_given, lambda: torch.autocast("cpu", enabled=False),

@@ -163,10 +163,12 @@ def trim_metrics(path: Path, last_step: int) -> None:
 
 
 def metric_sinks(out: Path | None, resume_from: Path | None,
-                 progress_name: str | None, report_to: str = "none") -> list[MetricSink]:
+                 progress_name: str | None, report_to: str = "none",
+                 run_settings: dict[str, Any] | None = None) -> list[MetricSink]:
     """Where the main rank's metrics go: ``out``'s metrics.jsonl, trimmed to the checkpoint
-    resumed from and appended to; TensorBoard events with ``report_to``; and the progress
-    line, where ``progress_name`` is given."""
+    resumed from and appended to; TensorBoard events with ``report_to`` (with
+    ``run_settings`` as their hyperparameters); and the progress line, where ``progress_name`` is
+    given."""
     sinks: list[MetricSink] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -178,7 +180,8 @@ def metric_sinks(out: Path | None, resume_from: Path | None,
             from cpuft.metrics.tensorboard import FOLDER, TensorBoardSink
 
             sinks.append(TensorBoardSink(out / FOLDER,
-                                         purge_step=step + 1 if step is not None else None))
+                                         purge_step=step + 1 if step is not None else None,
+                                         settings=run_settings))
     if progress_name is not None:
         sinks.append(progress_sink(progress_name))
     return sinks

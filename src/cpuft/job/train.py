@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cpuft.config import TrainConfig
+from cpuft.config import TrainConfig, to_flat
 from cpuft.distributed.group import DistContext
 from cpuft.engine.checkpoint import latest_checkpoint, remove_checkpoints
 from cpuft.engine.fit import Evaluate, FitResult, LossNotFinite, fit
@@ -215,7 +215,7 @@ def _start_run_folder(run: Run, out: Path, resume_from: Path | None,
     if resume_from is not None:
         LOG.info(f"resuming from {resume_from}")
     return metric_sinks(out, resume_from, run.task.name if run.cfg.output.progress else None,
-                        run.cfg.output.report_to)
+                        run.cfg.output.report_to, to_flat(run.cfg))
 
 
 def _describe(run: Run) -> str:

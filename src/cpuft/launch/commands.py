@@ -20,7 +20,7 @@ from cpuft.launch.program import user_command
 DEFAULT_REMOTE_SHELL = "ssh -o BatchMode=yes -- {host} {command}"
 # Environment a rank needs from the launching machine, forwarded to every node.
 FORWARD_PREFIXES = ("CPUFT_", "OMP_", "KMP_", "GOMP_", "HF_", "TOKENIZERS_", "MALLOC_CONF",
-                    "LD_PRELOAD", "GLOO_", "TORCH_")
+                    "LD_PRELOAD", "GLOO_", "TORCH_", "ACCELERATE_")
 
 
 WORLD_SIZE_ENV = "CPUFT_WORLD_SIZE"
