@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from cpuft.cli.hf_only import add_hf_only_flags, hf_only_settings
 from cpuft.config import TrainConfig, build_config, load_config_file
 from cpuft.config.fields import Setting, all_sections, settings
 from cpuft.config.sections import SECTIONS
@@ -101,6 +102,7 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     groups["speedups"].add_argument(
         "--bf16", dest="precision", action="store_const", const="bf16",
         default=argparse.SUPPRESS, help="HF Trainer's --bf16: --precision bf16")
+    add_hf_only_flags(parser)
 
 
 def add_setting_flags(group: Any, names: Iterable[str],
@@ -122,8 +124,11 @@ def given_flags(args: argparse.Namespace, names: Iterable[str] | None = None
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The config these parsed train flags give, over their --config file if any."""
-    return build_config(load_config_file(args.config) if args.config else {}, given_flags(args))
+    """The config these parsed train flags give (HF's own among them), over their --config
+    file if any."""
+    given = given_flags(args)
+    given |= hf_only_settings(args, given)
+    return build_config(load_config_file(args.config) if args.config else {}, given)
 
 
 def rank_train_config(train_args: Sequence[str], min_nodes: int | None = None,

@@ -131,6 +131,10 @@ class OptimizationConfig:
     """Seed for initialisation, data order and dropout."""
 
 
+LOWER_IS_BETTER = ("loss", "perplexity")
+"""Endings of the evaluation scores for which lower is better (the others: higher)."""
+
+
 @dataclass(kw_only=True, frozen=True)
 class EvaluationConfig:
     """Evaluation on the validation data while training, as HF Trainer's eval_steps."""

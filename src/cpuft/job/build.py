@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cpuft.config import TrainConfig
+from cpuft.config.sections import LOWER_IS_BETTER
 from cpuft.distributed.group import DistContext
 from cpuft.durations import parse_duration
 from cpuft.engine.fit import BatchSource, FitConfig
@@ -28,9 +29,6 @@ def save_seconds(save_every: str, elastic_nodes: str) -> float:
     """Seconds between checkpoints by time: --save-every's, else an elastic job's default."""
     every = save_every or (ELASTIC_SAVE_EVERY if elastic_nodes else "")
     return parse_duration(every, "--save-every") if every else 0.0
-
-
-LOWER_IS_BETTER = ("loss", "perplexity")
 
 
 def best_metric(cfg: TrainConfig, default: str) -> tuple[str, bool]:

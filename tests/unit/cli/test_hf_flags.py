@@ -74,3 +74,48 @@ def _exit(argv):
         return main(argv)
     except SystemExit as e:
         return int(e.code or 0)
+
+
+BLOG = ["--model_name_or_path", "some/model", "--do_train", "--do_eval", "--do_predict",
+        "--per_device_train_batch_size", "32", "--learning_rate", "2e-5",
+        "--num_train_epochs", "3", "--output_dir", "runs/blog", "--overwrite_output_dir",
+        "--eval_strategy", "steps", "--eval_steps", "50", "--save_strategy", "no",
+        "--logging_strategy", "steps", "--logging_steps", "25", "--use_cpu", "--no_cuda",
+        "--optim", "adamw_torch", "--dataloader_num_workers", "4", "--max_steps", "-1",
+        "--load_best_model_at_end", "--metric_for_best_model", "eval_accuracy",
+        "--greater_is_better", "true", "--label_names", "labels"]
+
+
+def test_an_hf_command_line_runs_as_typed():
+    cfg = _config(*BLOG)
+    o, e, out = cfg.optimization, cfg.evaluation, cfg.output
+    assert (o.batch_size, o.lr, o.epochs, o.max_steps) == (32, 2e-5, 3.0, 0)
+    assert (e.eval_steps, e.load_best_model_at_end, e.metric_for_best_model) == \
+        (50, True, "eval_accuracy")
+    assert (out.save_steps, out.log_steps, out.overwrite) == (0, 25, True)
+    assert cfg.speedups.fused_optimizer  # adamw_torch: the same update, cpuft's kernel
+
+
+def test_hf_strategies_take_hf_defaults():
+    # eval_steps default to logging_steps, and without those to HF's 500, as TrainingArguments
+    assert _config("--eval_strategy", "steps", "--logging_steps", "7").evaluation.eval_steps == 7
+    assert _config("--eval_strategy", "steps").evaluation.eval_steps == 500
+    assert _config("--eval_strategy", "no", "--eval_steps", "9").evaluation.eval_steps == 0
+    assert _config("--save_strategy", "steps").output.save_steps == 500
+    assert _config("--save_strategy", "steps", "--save_steps", "30").output.save_steps == 30
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--eval_strategy", "epoch"], "--eval_strategy epoch: cpuft counts by steps"),
+    (["--save_strategy", "best"], "--save_strategy best: cpuft counts by steps"),
+    (["--logging_strategy", "no"], "--logging_strategy no: cpuft logs to metrics.jsonl"),
+    (["--optim", "adafactor"], "--optim adafactor: cpuft trains with AdamW"),
+    (["--label_names", "label"], "--label_names label: cpuft's batches call the labels"),
+    (["--eval_steps", "2", "--load_best_model_at_end", "--metric_for_best_model", "eval_loss",
+      "--greater_is_better", "true"], "--greater_is_better true with --metric_for_best_model "
+     "loss: cpuft takes the direction from the name, and loss is lower is better"),
+])
+def test_an_hf_flag_cpuft_cannot_honour_is_one_line(argv, said, capsys, tmp_path):
+    assert _exit(["train", "--output-dir", str(tmp_path / "x"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err, err
