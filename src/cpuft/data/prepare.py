@@ -12,8 +12,11 @@ from cpuft.data.labels import LabelMap
 from cpuft.data.tables import load_table
 from cpuft.data.tasks import get_task
 from cpuft.errors import CpuftError
+from cpuft.log import get_logger
 
 SPLIT_SEED = 20211
+
+LOG = get_logger(__name__)
 
 
 @dataclass(slots=True)
@@ -54,9 +57,9 @@ def _raw_splits(cfg: DataConfig, columns: ClassifierConfig
     if cfg.train_file:
         if cfg.task or columns.data_dir:
             raise CpuftError("give either --task/--data-dir or --train-file, not both")
-        if not columns.text_columns:
-            raise CpuftError("--train-file needs --text-columns (one or two column names)")
         raw = {"train": _labelled_table(cfg.train_file, columns.label_column)}
+        text_columns = tuple(columns.text_columns) or guess_text_columns(
+            raw["train"].column_names, columns.label_column, cfg.train_file)
         if cfg.validation_file:
             raw["validation"] = _labelled_table(cfg.validation_file, columns.label_column)
         else:
@@ -64,7 +67,7 @@ def _raw_splits(cfg: DataConfig, columns: ClassifierConfig
         if cfg.test_file:
             raw["test"] = _labelled_table(cfg.test_file, columns.label_column)
         task = Path(cfg.train_file).stem
-        return task, tuple(columns.text_columns), columns.label_column, (), None, raw
+        return task, text_columns, columns.label_column, (), None, raw
     if cfg.validation_file or cfg.test_file:
         raise CpuftError("--validation-file and --test-file need --train-file")
     spec = get_task(cfg.task or DEFAULT_TASK)
@@ -84,6 +87,24 @@ def _raw_splits(cfg: DataConfig, columns: ClassifierConfig
                                           spec.column_names),
         }
     return spec.name, spec.text_columns, spec.label_column, spec.metrics, spec.regression, raw
+
+
+def guess_text_columns(names: list[str], label_column: str, path: str) -> tuple[str, ...]:
+    """The text columns where --text-columns is not given, guessed as HF's run_glue.py
+    guesses them (sentence1 and sentence2, else the first two columns but the label, else the
+    one), a lone ``sentence`` or ``text`` column first; the guess is logged."""
+    others = [n for n in names if n != label_column]
+    if {"sentence1", "sentence2"} <= set(others):
+        guessed: tuple[str, ...] = ("sentence1", "sentence2")
+    else:
+        lone = [n for n in ("sentence", "text") if n in others]
+        guessed = (lone[0],) if lone else tuple(others[:2])
+    if not guessed:
+        raise CpuftError(f"{path}: no column but the label {label_column!r}: give "
+                         "--text-columns")
+    LOG.info(f"--text-columns not given: taking {', '.join(guessed)} of {path}'s columns "
+             f"({', '.join(names)}), as run_glue.py guesses")
+    return guessed
 
 
 def _hold_out(ds: Any, share: float, path: str) -> dict[str, Any]:

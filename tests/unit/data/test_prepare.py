@@ -101,3 +101,34 @@ def test_a_row_without_a_label_is_named_not_made_a_class(tmp_path, name, text):
     with pytest.raises(CpuftError, match=r"row 2 has no label in column 'y'"):
         load_labelled(DataConfig(train_file=str(path)),
                       ClassifierConfig(text_columns=["review"], label_column="y"))
+
+
+@pytest.mark.parametrize(("header", "guessed"), [
+    (["id", "sentence1", "label", "sentence2"], ("sentence1", "sentence2")),
+    (["idx", "text", "label"], ("text",)),
+    (["question", "label", "passage"], ("question", "passage")),  # run_glue: the first two
+    (["review", "label"], ("review",)),
+])
+def test_text_columns_are_guessed_as_run_glue_guesses_and_said(tmp_path, caplog, header,
+                                                               guessed):
+    import logging
+
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({h: (lab if h == "label" else f"{t} {h}")
+                                        for h in header}) + "\n" for t, lab in ROWS))
+    with caplog.at_level(logging.INFO, logger="cpuft"):
+        data = load_labelled(DataConfig(train_file=str(path), validation_split=0.25),
+                             ClassifierConfig())
+    # each row's texts are the guessed columns', in their order
+    assert all(len(row) == len(guessed) and all(t.endswith(f" {c}") for t, c in
+                                                 zip(row, guessed, strict=True))
+               for row in data.texts["train"])
+    assert f"--text-columns not given: taking {', '.join(guessed)}" in caplog.text
+
+
+def test_a_table_of_labels_alone_names_the_flag(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({"label": lab}) + "\n" for _, lab in ROWS))
+    with pytest.raises(Exception, match="no column but the label 'label': give --text-columns"):
+        load_labelled(DataConfig(train_file=str(path), validation_split=0.25),
+                      ClassifierConfig())
