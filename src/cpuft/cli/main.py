@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cpuft import __version__
+from cpuft.cli.args_file import expand_args_file
 from cpuft.errors import CpuftError
 
 
@@ -62,6 +63,12 @@ def unknown_flags(unknown: Sequence[str], parser: argparse.ArgumentParser) -> st
     return f"{what} {flag}{hint}"
 
 
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    found = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub: argparse.ArgumentParser = found.choices[name]
+    return sub
+
+
 def build_parser() -> argparse.ArgumentParser:
     from cpuft.cli import (
         bench_cmd,
@@ -97,13 +104,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(argv if argv is not None else sys.argv[1:])
+    try:
+        given = expand_args_file(given, _subcommand(parser, "train"))
+    except CpuftError as e:
+        print(f"cpuft: {e}", file=sys.stderr)
+        return e.exit_code
+    args = parser.parse_args(given)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
     # Re-executing (to preload an allocator) is only safe when this process is the command itself.
     args.may_reexec = argv is None
-    args.argv = list(argv or sys.argv[1:])[1:]
+    args.argv = given[1:]
     try:
         code: int = args.handler(args)
         return code

@@ -1,12 +1,14 @@
-"""Build a TrainConfig: defaults, then a config file (TOML or YAML), then flags.
+"""Build a TrainConfig: defaults, then a config file (TOML, YAML or JSON), then flags.
 
-Keys are the flat setting names (``batch_size`` or ``batch-size``), at the top level, under a
-``[train]`` table, or under their section's table (``[optimization] batch_size = 16``).
+Keys are the flat setting names (``batch_size`` or ``batch-size``) or HF TrainingArguments'
+(``learning_rate``), at the top level, under a ``[train]`` table, or under their section's
+table (``[optimization] batch_size = 16``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import tomllib
 from collections.abc import Iterable
@@ -16,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cpuft.config.fields import Setting, all_sections, settings
+from cpuft.config.hf_names import HF_SETTING
 from cpuft.config.recipes import recipe_spec
 from cpuft.config.sections import SECTIONS, CausalLmConfig, ClassifierConfig, TrainConfig
 from cpuft.durations import parse_duration
@@ -23,7 +26,8 @@ from cpuft.errors import CpuftError, CpuftTypeError
 
 
 def load_config_file(path: str) -> dict[str, Any]:
-    """The flat settings a TOML or YAML file holds (dashes or underscores in keys)."""
+    """The flat settings a TOML, YAML or JSON file holds (dashes or underscores in keys, or
+    HF TrainingArguments' names: ``learning_rate``)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -36,8 +40,10 @@ def load_config_file(path: str) -> dict[str, Any]:
             import yaml
 
             data = yaml.safe_load(text) or {}
+        elif p.suffix == ".json":
+            data = json.loads(text)
         else:
-            raise CpuftError(f"config file {path}: use a .toml, .yaml or .yml file")
+            raise CpuftError(f"config file {path}: use a .toml, .yaml, .yml or .json file")
     except (tomllib.TOMLDecodeError, ValueError) as e:
         raise CpuftError(f"config file {path} does not parse: {e}") from None
     except Exception as e:  # yaml.YAMLError without importing yaml at module level
@@ -51,7 +57,7 @@ def load_config_file(path: str) -> dict[str, Any]:
     tables = {section.replace("-", "_"): section for section in all_sections()}
     out: dict[str, Any] = {}
     for key, value in data.items():
-        name = str(key).replace("-", "_")
+        name = HF_SETTING.get(str(key), str(key).replace("-", "_"))
         if name in tables and isinstance(value, dict):
             for inner, inner_value in value.items():
                 inner_name = str(inner).replace("-", "_")

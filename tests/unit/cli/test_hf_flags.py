@@ -119,3 +119,55 @@ def test_an_hf_flag_cpuft_cannot_honour_is_one_line(argv, said, capsys, tmp_path
     assert _exit(["train", "--output-dir", str(tmp_path / "x"), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err, err
+
+
+def test_a_json_args_file_reads_as_the_flags_it_names(tmp_path):
+    """`cpuft train args.json`, as HfArgumentParser reads `run_glue.py args.json`; flags after
+    it win, as a later flag does."""
+    import json
+
+    from cpuft.cli.args_file import expand_args_file
+    from cpuft.cli.main import _subcommand
+
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({
+        "model_name_or_path": "some/model", "do_train": True, "do_eval": False,
+        "learning_rate": 3e-5, "per_device_train_batch_size": 16, "overwrite_output_dir": True,
+        "eval_strategy": "steps", "eval_steps": 5, "save_strategy": "no", "max_steps": -1,
+        "label_names": ["labels"], "bf16": True, "fast_dropout": False, "output_dir": None}))
+    parser = build_parser()
+    argv = expand_args_file(["train", str(args), "--learning_rate", "1e-4"],
+                            _subcommand(parser, "train"))
+    cfg = config_from_args(parser.parse_args(argv))
+    assert (cfg.model.model, cfg.optimization.lr, cfg.optimization.batch_size) == \
+        ("some/model", 1e-4, 16)
+    assert (cfg.output.overwrite, cfg.evaluation.eval_steps, cfg.output.save_steps) == \
+        (True, 5, 0)
+    assert cfg.speedups.precision == "bf16" and not cfg.speedups.fast_dropout
+
+
+def test_a_json_args_file_cpuft_cannot_take_is_one_line(tmp_path, capsys):
+    import json
+
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"learning_rate": 3e-5, "push_to_hub": True}))
+    assert _exit(["train", str(args)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"cpuft: {args}: 'push_to_hub' is not an argument cpuft train takes "
+                   "(docs/hf-trainer.md)")
+    args.write_text("{not json")
+    assert _exit(["train", str(args)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.count(str(args)) == 1 and "JSON" in err
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("train.yaml", "learning_rate: 3.0e-5\nper_device_train_batch_size: 16\n"),
+    ("train.toml", "learning_rate = 3e-5\nper_device_train_batch_size = 16\n"),
+    ("train.json", '{"learning_rate": 3e-5, "per_device_train_batch_size": 16}'),
+])
+def test_config_files_take_hf_names(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    cfg = _config("--config", str(path))
+    assert (cfg.optimization.lr, cfg.optimization.batch_size) == (3e-5, 16)
