@@ -30,6 +30,7 @@ class FitSettings(TypedDict, total=False):
     grad_accum: int
     lr: float
     warmup_ratio: float
+    warmup_steps: int
     lr_schedule: LrSchedule
     weight_decay: float
     max_grad_norm: float

@@ -4,7 +4,6 @@ train's, and those of other commands that take a train setting."""
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -13,17 +12,6 @@ from cpuft.config import TrainConfig, build_config, load_config_file
 from cpuft.config.fields import Setting, all_sections, settings
 from cpuft.config.hf_names import HF_NAMES
 from cpuft.config.sections import SECTIONS
-
-
-def finite_float(text: str) -> float:
-    """An argparse type: a float that is neither NaN nor infinite."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
-    return value
 
 
 def _comma_list(text: str) -> list[str]:

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cpuft.cli.flags import add_setting_flags, finite_float, given_flags
+from cpuft.cli.flags import add_setting_flags, given_flags
+from cpuft.cli.numbers import finite_float
 
 DESCRIPTION = """\
 Forecast a fine-tuning job's wall time, scaling efficiency and cost on each number of nodes,

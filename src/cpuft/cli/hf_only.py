@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from cpuft.cli.numbers import finite_float
 from cpuft.config.sections import LOWER_IS_BETTER
 from cpuft.errors import CpuftError
 
@@ -49,6 +50,9 @@ def add_hf_only_flags(parser: argparse.ArgumentParser) -> None:
                        f"while training; steps: every --save_steps (default {HF_STEPS})")
     group.add_argument("--logging_strategy", dest="hf_logging_strategy",
                        choices=("no", "steps", "epoch"), help="steps: every --logging_steps")
+    group.add_argument("--warmup_steps", dest="hf_warmup_steps", type=finite_float,
+                       metavar="N", help="steps of warm-up; under 1, HF 5's share of all "
+                       "steps (--warmup-ratio)")
     group.add_argument("--optim", dest="hf_optim", metavar="NAME",
                        help=f"{' or '.join(ADAMW)}: AdamW, cpuft's update")
     group.add_argument("--greater_is_better", dest="hf_greater_is_better", type=_truth,
@@ -66,6 +70,9 @@ def hf_only_settings(args: argparse.Namespace, given: dict[str, Any]) -> dict[st
     if given.get("max_steps") == -1:  # HF's "no limit": train by --num_train_epochs
         changes["max_steps"] = 0
     changes |= _strategies(hf, given)
+    warmup = hf.get("warmup_steps")
+    if warmup is not None:
+        changes |= _warmup(warmup)
     optim = hf.get("optim")
     if optim is not None and optim not in ADAMW:
         raise CpuftError(f"--optim {optim}: cpuft trains with AdamW ({', '.join(ADAMW)})")
@@ -81,6 +88,16 @@ def hf_only_settings(args: argparse.Namespace, given: dict[str, Any]) -> dict[st
                          f"the name, and {metric} is {'lower' if greater else 'higher'} is "
                          "better")
     return changes
+
+
+def _warmup(steps: float) -> dict[str, Any]:
+    """--warmup_steps as HF 5 reads it: a share of all steps under 1, else a count."""
+    if 0 <= steps < 1:
+        return {"warmup_ratio": steps, "warmup_steps": 0}
+    if steps != int(steps):
+        raise CpuftError(f"--warmup_steps {steps:g}: a whole number of steps, or a share "
+                         "under 1")
+    return {"warmup_steps": int(steps)}
 
 
 def _strategies(hf: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:

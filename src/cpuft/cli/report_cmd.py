@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cpuft.cli.flags import finite_float
+from cpuft.cli.numbers import finite_float
 
 
 def register(sub: Any) -> None:

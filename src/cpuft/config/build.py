@@ -131,6 +131,7 @@ def validate(cfg: TrainConfig) -> None:
         (o.max_steps > 0 or o.epochs > 0, "--epochs must be positive"),
         (o.lr > 0, "--lr must be positive"),
         (0 <= o.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
+        (o.warmup_steps >= 0, "--warmup-steps must be 0 or positive"),
         (0 < d.validation_split < 1, "--validation-split must be in (0, 1)"),
         (cfg.output.save_steps >= 0, "--save-steps must be 0 or positive"),
         (cfg.output.save_total_limit >= 0, "--save-total-limit must be 0 or positive"),

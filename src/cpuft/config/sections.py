@@ -119,6 +119,8 @@ class OptimizationConfig:
     """Peak learning rate."""
     warmup_ratio: float = setting(0.06, same_on_resume=True)
     """Fraction of steps of linear warm-up."""
+    warmup_steps: int = setting(0, same_on_resume=True)
+    """Steps of linear warm-up, in place of --warmup-ratio's share (0: the share)."""
     lr_schedule: LrSchedule = setting("linear", same_on_resume=True)
     """The learning-rate schedule, as transformers.get_scheduler makes it (HF's
     lr_scheduler_type): linear and cosine decay after the warm-up, constant has none,

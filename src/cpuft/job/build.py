@@ -51,7 +51,7 @@ def fit_config(cfg: TrainConfig, plan: SpeedPlan, total_steps: int,
     return FitConfig(
         total_steps=total_steps,
         lr=o.lr,
-        warmup_steps=math.ceil(o.warmup_ratio * total_steps),
+        warmup_steps=o.warmup_steps or math.ceil(o.warmup_ratio * total_steps),
         lr_schedule=o.lr_schedule,
         weight_decay=o.weight_decay,
         max_grad_norm=o.max_grad_norm,

@@ -171,3 +171,20 @@ def test_config_files_take_hf_names(tmp_path, name, text):
     path.write_text(text)
     cfg = _config("--config", str(path))
     assert (cfg.optimization.lr, cfg.optimization.batch_size) == (3e-5, 16)
+
+
+def test_warmup_steps_as_hf_5_reads_them(capsys, tmp_path):
+    assert _config("--warmup_steps", "0.1").optimization.warmup_ratio == 0.1
+    steps = _config("--warmup_steps", "30").optimization
+    assert (steps.warmup_steps, steps.warmup_ratio) == (30, 0.06)
+    assert _exit(["train", "--output-dir", str(tmp_path / "x"), "--warmup_steps", "2.5"]) == 2
+    assert "--warmup_steps 2.5: a whole number of steps" in capsys.readouterr().err
+
+
+def test_warmup_steps_reach_the_schedule():
+    from cpuft.job.build import fit_config
+    from cpuft.runtime import preview
+
+    for flag, steps in (("30", 30), ("0.2", 20)):
+        cfg = _config("--warmup_steps", flag, "--precision", "fp32")
+        assert fit_config(cfg, preview(cfg), total_steps=100).warmup_steps == steps
