@@ -61,9 +61,17 @@ def relay(tag: bytes, source: int = 0, sink: int = 1) -> None:
     pending = b""
     while chunk := os.read(source, CHUNK):
         *lines, pending = (pending + chunk).split(b"\n")
-        _write_lines(sink, [tag + line + b"\n" for line in lines])
+        _write_lines(sink, [tagged(tag, line) for line in lines])
     if pending:
-        _write_lines(sink, [tag + pending + b"\n"])
+        _write_lines(sink, [tagged(tag, pending)])
+
+
+def tagged(tag: bytes, line: bytes) -> bytes:
+    """``line`` with its newline, ``tag`` before it and after each carriage return in it: a
+    progress bar (tqdm's, Trainer's) redraws its line after one, over the tag."""
+    end = b"\r\n" if line.endswith(b"\r") else b"\n"
+    body = line.removesuffix(b"\r")
+    return b"\r".join(tag + part for part in body.split(b"\r")) + end
 
 
 def _write_lines(sink: int, lines: list[bytes]) -> None:

@@ -53,3 +53,11 @@ def test_the_tag_with_its_host_name_never_enters_the_relays_argv(monkeypatch):
         os.close(saved[1])
     assert not any("secret-host" in a for a in started["args"])
     assert started["env"][tagged_output.TAG_ENV] == "[secret-host:3] "
+
+
+def test_a_line_redrawn_after_carriage_returns_keeps_its_tag_each_time(relayed):
+    """tqdm and Trainer's progress redraw a line after \\r: each drawing starts with the tag,
+    so that what a terminal shows last still names its rank; \\r\\n stays a line ending."""
+    out = b"".join(relayed(b"\r  0%|\r 50%|\r100%|\n", b"windows line\r\n"))
+    assert out == (b"[h:1] \r[h:1]   0%|\r[h:1]  50%|\r[h:1] 100%|\n"
+                   b"[h:1] windows line\r\n")
