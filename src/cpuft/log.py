@@ -2,8 +2,9 @@
 
 Every module logs to ``get_logger(__name__)`` (``cpuft.job.train``...). On first use the
 ``cpuft`` logger gets the level INFO, unless the program set one, and, unless the program gave
-it handlers, one of cpuft's: the messages as they are, on standard output, from rank 0 of a job
-alone (every rank with ``CPUFT_LOG_ALL_RANKS=1``). Raise, lower or route them as any logger's:
+it handlers, one of cpuft's: the messages as they are (after their time and level with
+``CPUFT_LOG_FORMAT=time``), on standard output, from rank 0 of a job alone (every rank with
+``CPUFT_LOG_ALL_RANKS=1``). Raise, lower or route them as any logger's:
 ``logging.getLogger("cpuft").setLevel(logging.WARNING)``, or handlers of your own.
 """
 
@@ -15,6 +16,9 @@ import sys
 
 NAME = "cpuft"
 ALL_RANKS_ENV = "CPUFT_LOG_ALL_RANKS"
+FORMAT_ENV = "CPUFT_LOG_FORMAT"
+"""``time``: each message after its time and level (``2026-12-08 00:41:02 INFO ...``)."""
+FORMATS = {"time": "%(asctime)s %(levelname)s %(message)s"}
 _RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
@@ -48,7 +52,9 @@ def get_logger(name: str) -> logging.Logger:
             root.setLevel(logging.INFO)
         if not root.handlers:
             handler = _Stdout()
-            handler.setFormatter(logging.Formatter("%(message)s"))
+            handler.setFormatter(logging.Formatter(
+                FORMATS.get(os.environ.get(FORMAT_ENV, ""), "%(message)s"),
+                datefmt="%Y-%m-%d %H:%M:%S"))
             handler.addFilter(_RankZero())
             root.addHandler(handler)
             root.propagate = False

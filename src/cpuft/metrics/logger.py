@@ -87,6 +87,9 @@ class ProgressSink(MetricSink):
             speed=f"{record['samples_per_second']:.1f}",
         )
 
+    def log(self, record: dict[str, Any]) -> None:
+        LOG.info(describe_log(record))
+
     def evaluation(self, record: dict[str, Any]) -> None:
         LOG.info(describe_evaluation(record))
 
@@ -102,7 +105,8 @@ def _clock(seconds: float) -> str:
 
 class LineProgressSink(MetricSink):
     """Progress as a plain line at most every ``every_s`` seconds, and at the last step: for a
-    log file (Slurm, Kubernetes, nohup), where a progress bar draws nothing."""
+    log file (Slurm, Kubernetes, nohup), where a progress bar draws nothing; and the logged
+    metrics at every logging step, as Trainer prints them."""
 
     def __init__(self, description: str = "train", every_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -126,8 +130,22 @@ class LineProgressSink(MetricSink):
                  f"{record['samples_per_second']:.1f} samples/s, {_clock(elapsed)} elapsed, "
                  f"{_clock(left)} left")
 
+    def log(self, record: dict[str, Any]) -> None:
+        LOG.info(describe_log(record))
+
     def evaluation(self, record: dict[str, Any]) -> None:
         LOG.info(describe_evaluation(record))
+
+
+LOGGED = (("loss", "loss {:.4f}"), ("lr", "learning_rate {:.3g}"),
+          ("grad_norm", "grad_norm {:.4g}"), ("epoch", "epoch {:g}"),
+          ("samples_per_second", "{:.1f} samples/s"))
+"""What a logging step's console line says, in Trainer's words, where the record has it."""
+
+
+def describe_log(record: dict[str, Any]) -> str:
+    said = ", ".join(text.format(record[name]) for name, text in LOGGED if name in record)
+    return f"step {record['step']}: {said}"
 
 
 def describe_evaluation(record: dict[str, Any]) -> str:
