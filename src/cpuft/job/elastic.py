@@ -95,13 +95,13 @@ def share_newest_checkpoint(out: Path, dist: DistContext) -> int:
         return best
     src = steps.index(best)
     files = [name for name in SHIPPED if (out / name).is_file()] if dist.info.rank == src else []
-    names = dist.broadcast_bytes(json.dumps(files).encode(), src).decode()
+    names = shipped_names(dist.broadcast_bytes(json.dumps(files).encode(), src))
     receives = steps[dist.info.rank] < best and dist.info.local_rank == 0
     if receives:
         out.mkdir(parents=True, exist_ok=True)
     if dist.info.rank == src:
         LOG.info(f"giving the checkpoint of step {best} to the nodes that lack it")
-    for name in json.loads(names):
+    for name in names:
         data = dist.broadcast_bytes((out / name).read_bytes() if dist.info.rank == src else b"",
                                     src)
         if receives:
@@ -113,6 +113,22 @@ def share_newest_checkpoint(out: Path, dist: DistContext) -> int:
         save_checkpoint_bytes(out, best, data)
     dist.barrier()
     return best
+
+
+def shipped_names(sent: bytes) -> list[str]:
+    """The run's files a peer says it sends with its checkpoint: only names of ``SHIPPED``,
+    so that no peer chooses where a file is written. Every rank gets the same bytes and
+    reaches the same verdict, so a refusal ends every rank alike, none left waiting."""
+    try:
+        names = json.loads(sent.decode())
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in SHIPPED
+                                              for n in names):
+        shown = sent[:200].decode(errors="replace")
+        raise CpuftError(f"a peer offered its checkpoint with files other than a run's "
+                         f"({shown}): refused, nothing written")
+    return names
 
 
 def read_progress(out: Path) -> dict[str, int]:
