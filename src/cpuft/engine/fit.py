@@ -236,6 +236,7 @@ class _Loop:
         self.saved_step = 0
         self.saved_at = time.perf_counter()
         self.eval_seconds = 0.0
+        self.warned_not_finite = False
         self.step_mark = (time.perf_counter(), 0.0)
         """When the last step ended (the loop started, before the first), and the evaluation
         seconds by then."""
@@ -419,6 +420,13 @@ class _Loop:
             raise CpuftError(f"--metric-for-best-model {config.best_metric}: the evaluation "
                              f"gives {', '.join(sorted(scores))}")
         value, best = scores[config.best_metric], result.best
+        if not math.isfinite(value):
+            # Never the best: nothing compares above NaN, so it would stay the best for good.
+            if not self.warned_not_finite:
+                LOG.warning(f"evaluation at step {self.step}: {config.best_metric} is {value}; "
+                            "an evaluation that is not finite is never the best model")
+                self.warned_not_finite = True
+            return
         if best is None or (value > best["value"] if config.greater_is_better
                             else value < best["value"]):
             result.best = {"step": self.step, "value": value}

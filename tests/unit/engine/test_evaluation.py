@@ -103,3 +103,18 @@ def test_rotation_keeps_the_newest_and_the_protected_step(tmp_path):
         save_checkpoint(tmp_path, step, {"step": step}, keep=2, protect=2)
     assert [p.name for p in checkpoint_dirs(tmp_path)] == ["checkpoint-2", "checkpoint-4",
                                                            "checkpoint-5"]
+
+
+@pytest.mark.parametrize("greater", [True, False])
+def test_an_evaluation_that_is_not_finite_is_never_the_best(tmp_path, said, greater):
+    """Issue 45: a NaN first evaluation stayed the best for good (nothing compares above it),
+    and the model was swapped back to it."""
+    model = nn.Linear(4, 1)
+    scores = Scripted(model, [float("nan"), 0.7, float("inf") if greater else float("-inf")])
+    result = fit(model, Batches(), FitConfig(
+        total_steps=6, eval_steps=2, lr=0.05, output_dir=tmp_path, best_metric="accuracy",
+        greater_is_better=greater), loss_fn=loss, evaluate=scores)
+    assert result.best == {"step": 4, "value": 0.7}
+    assert torch.equal(model.weight.detach(), scores.weights[1])
+    warned = [line for line in said if "not finite is never the best" in line]
+    assert len(warned) == 1 and "accuracy is nan" in warned[0]
