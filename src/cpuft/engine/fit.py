@@ -130,8 +130,8 @@ class FitResult:
     """How the held weights' masters were stepped (WeightHolder.kernel_note); '' without."""
     evaluations: list[dict[str, float]] = field(default_factory=list)
     """This run's evaluations while training: step, epoch and eval_<score> each."""
-    best: dict[str, float] | None = None
-    """The best evaluation's step and value (with ``best_metric``), None without."""
+    best: dict[str, Any] | None = None
+    """The best evaluation's step, value and metric (with ``best_metric``), None without."""
 
     @property
     def samples_per_second(self) -> float:
@@ -279,12 +279,25 @@ class _Loop:
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
-        self.result.best = state.get("best")
+        self.result.best = self._kept_best(state.get("best"))
         self.saved_step = self.step  # a resumed run's own checkpoint is already on disk
         self.result.steps = self.step
         if self.step >= self.config.total_steps:
             raise CpuftError(f"the checkpoint is at step {self.step}, already at --max-steps "
                              f"{self.config.total_steps}")
+
+    def _kept_best(self, best: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The checkpoint's best evaluation, where this run tracks the best by the same
+        score: another score's values would be compared with this one's."""
+        metric = self.config.best_metric
+        if best is None or not metric:
+            return None
+        if best.get("metric") != metric:
+            LOG.info(f"the checkpoint's best model was chosen by "
+                     f"{best.get('metric') or 'a score it does not name'}, not {metric}: the "
+                     "best is tracked afresh")
+            return None
+        return best
 
     def _epoch(self, stop: dict[str, int]) -> None:
         """The steps of one epoch, from the current position; returns at its end, or at the last
@@ -429,7 +442,7 @@ class _Loop:
             return
         if best is None or (value > best["value"] if config.greater_is_better
                             else value < best["value"]):
-            result.best = {"step": self.step, "value": value}
+            result.best = {"step": self.step, "value": value, "metric": config.best_metric}
             self._checkpoint()
 
     def _note_progress(self) -> None:

@@ -157,7 +157,7 @@ def test_evaluate_every_n_steps_and_the_best_model_at_the_end(tmp_path: Path) ->
                        metric_for_best_model="eval_accuracy", output_dir=tmp_path / "run",
                        **SETTINGS)
     assert [e["step"] for e in result.evaluations] == [2, 4, 6]
-    assert result.best == {"step": 4, "value": 0.9}
+    assert result.best == {"step": 4, "value": 0.9, "metric": "accuracy"}
     for now, best in zip(_params(model), weights[1], strict=True):
         assert torch.equal(now, best)
     with pytest.raises(CpuftError, match="eval_steps needs evaluate="):

@@ -64,7 +64,8 @@ def test_the_model_ends_as_its_best_evaluation_and_that_checkpoint_is_kept(
         total_steps=6, eval_steps=2, lr=0.05, output_dir=tmp_path, save_steps=1,
         save_total_limit=1, best_metric="accuracy", greater_is_better=greater),
         loss_fn=loss, evaluate=scores)
-    assert result.best == {"step": best_step, "value": values[best_step // 2 - 1]}
+    assert result.best == {"step": best_step, "value": values[best_step // 2 - 1],
+                           "metric": "accuracy"}
     # The newest checkpoint, and the best besides, whatever the limit.
     assert [p.name for p in checkpoint_dirs(tmp_path)] == [f"checkpoint-{best_step}",
                                                            "checkpoint-6"]
@@ -84,7 +85,7 @@ def test_a_resumed_run_keeps_its_best_so_far(tmp_path):
         total_steps=6, eval_steps=2, lr=0.05, output_dir=tmp_path, best_metric="accuracy",
         resume_from=tmp_path / "checkpoint-4"), loss_fn=loss,
         evaluate=Scripted(resumed, [0.2]))
-    assert result.best == {"step": 2, "value": 0.9}
+    assert result.best == {"step": 2, "value": 0.9, "metric": "accuracy"}
     best = load_checkpoint(tmp_path / "checkpoint-2")["model"]
     assert torch.equal(resumed.weight, best["weight"])
 
@@ -114,7 +115,29 @@ def test_an_evaluation_that_is_not_finite_is_never_the_best(tmp_path, said, grea
     result = fit(model, Batches(), FitConfig(
         total_steps=6, eval_steps=2, lr=0.05, output_dir=tmp_path, best_metric="accuracy",
         greater_is_better=greater), loss_fn=loss, evaluate=scores)
-    assert result.best == {"step": 4, "value": 0.7}
+    assert result.best == {"step": 4, "value": 0.7, "metric": "accuracy"}
     assert torch.equal(model.weight.detach(), scores.weights[1])
     warned = [line for line in said if "not finite is never the best" in line]
     assert len(warned) == 1 and "accuracy is nan" in warned[0]
+
+
+@pytest.mark.parametrize("metric", ["", "loss"])
+def test_a_resume_uses_the_old_best_only_when_asked_by_the_same_score(tmp_path, said, metric):
+    """Issue 45: resuming without a best metric still swapped in the old best model, and
+    resuming with another metric compared the old metric's values with the new one's."""
+    model = nn.Linear(4, 1)
+    config = FitConfig(total_steps=4, eval_steps=2, lr=0.05, output_dir=tmp_path,
+                       best_metric="accuracy")
+    fit(model, Batches(), config, loss_fn=loss, evaluate=Scripted(model, [0.9, 0.1]))
+    old_best = load_checkpoint(tmp_path / "checkpoint-2")["model"]["weight"]
+    resumed = nn.Linear(4, 1)
+    result = fit(resumed, Batches(), FitConfig(
+        total_steps=6, eval_steps=2, lr=0.05, output_dir=tmp_path, best_metric=metric,
+        greater_is_better=False, resume_from=tmp_path / "checkpoint-4"), loss_fn=loss,
+        evaluate=Scripted(resumed, [0.2]))
+    assert not torch.equal(resumed.weight, old_best)  # the model is this run's, not step 2's
+    if metric:  # its own best by loss (1.0 at step 6), not accuracy 0.9 read as a loss
+        assert result.best == {"step": 6, "value": 1.0, "metric": "loss"}
+        assert any("chosen by accuracy, not loss" in line for line in said)
+    else:
+        assert result.best is None
