@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cpuft.cli.hf_only import add_hf_only_flags, hf_only_settings
+from cpuft.cli.hf_only import add_hf_only_flags, hf_only_settings, truth
 from cpuft.config import TrainConfig, build_config, load_config_file
 from cpuft.config.fields import Setting, all_sections, settings
 from cpuft.config.hf_names import HF_NAMES
@@ -16,6 +16,50 @@ from cpuft.config.sections import SECTIONS
 
 def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _given_once(action: argparse.Action, namespace: argparse.Namespace, option: str | None,
+                value: Any) -> None:
+    """Refuse one setting given by two spellings with different values (``--learning_rate
+    1e-3 --lr 5e-5``): the last would win in silence. One spelling twice is argparse's: the
+    last wins."""
+    seen: dict[str, tuple[str | None, Any]] = vars(namespace).setdefault("_given_as", {})
+    first = seen.setdefault(action.dest, (option, value))
+    if first[0] != option and first[1] != value:
+        raise argparse.ArgumentError(None, f"{first[0]} {_shown(first[1])} and {option} "
+                                           f"{_shown(value)} set one setting: give one of them")
+
+
+def _shown(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+class _Store(argparse._StoreAction):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        _given_once(self, namespace, option_string, values)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _Switch(argparse.BooleanOptionalAction):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        option = option_string or ""
+        on = not option.startswith("--no-")
+        # --x and --no-x are one spelling, on or off: the last of them wins
+        _given_once(self, namespace, option if on else "--" + option.removeprefix("--no-"), on)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _Bf16(argparse.Action):
+    """HF's ``--bf16``, alone or with a value as HfArgumentParser takes it (``--bf16 True``):
+    ``--precision bf16``, or fp32 for false."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        precision = "bf16" if values is None or truth(values) else "fp32"
+        _given_once(self, namespace, option_string, precision)
+        setattr(namespace, self.dest, precision)
 
 
 def _flag(group: Any, s: Setting, aliases: Sequence[str] = (),
@@ -30,8 +74,9 @@ def _flag(group: Any, s: Setting, aliases: Sequence[str] = (),
         "default": argparse.SUPPRESS if default is None else default[0],
         "help": s.help if said else f"{s.help} (default: {shown})",
     }
+    kwargs["action"] = _Store
     if s.kind is bool:
-        kwargs["action"] = argparse.BooleanOptionalAction
+        kwargs["action"] = _Switch
     elif s.kind is list:
         kwargs["type"] = _comma_list
         kwargs["metavar"] = "A[,B]"
@@ -56,8 +101,9 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     for s in settings().values():
         _flag(groups[s.section], s, HF_NAMES.get(s.name, ()))
     groups["speedups"].add_argument(
-        "--bf16", dest="precision", action="store_const", const="bf16",
-        default=argparse.SUPPRESS, help="HF Trainer's --bf16: --precision bf16")
+        "--bf16", dest="precision", action=_Bf16, nargs="?", metavar="BOOL",
+        default=argparse.SUPPRESS, help="HF Trainer's --bf16 (or --bf16 True): --precision "
+        "bf16; --bf16 False: --precision fp32")
     add_hf_only_flags(parser)
 
 

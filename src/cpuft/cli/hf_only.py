@@ -19,7 +19,7 @@ HF_STEPS = 500
 them (its eval_steps default to logging_steps)."""
 
 
-def _truth(text: str) -> bool:
+def truth(text: str) -> bool:
     """An argparse type: HF's spellings of a boolean."""
     value = text.strip().lower()
     if value in ("true", "1", "yes"):
@@ -55,7 +55,7 @@ def add_hf_only_flags(parser: argparse.ArgumentParser) -> None:
                        "steps (--warmup-ratio)")
     group.add_argument("--optim", dest="hf_optim", metavar="NAME",
                        help=f"{' or '.join(ADAMW)}: AdamW, cpuft's update")
-    group.add_argument("--greater_is_better", dest="hf_greater_is_better", type=_truth,
+    group.add_argument("--greater_is_better", dest="hf_greater_is_better", type=truth,
                        metavar="BOOL", help="checked against --metric_for_best_model's "
                        "direction, which cpuft takes from its name")
     group.add_argument("--label_names", dest="hf_label_names", nargs="+", metavar="NAME",

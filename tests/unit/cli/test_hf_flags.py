@@ -188,3 +188,26 @@ def test_warmup_steps_reach_the_schedule():
     for flag, steps in (("30", 30), ("0.2", 20)):
         cfg = _config("--warmup_steps", flag, "--precision", "fp32")
         assert fit_config(cfg, preview(cfg), total_steps=100).warmup_steps == steps
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--learning_rate", "1e-3", "--lr", "5e-5"], "--learning_rate 0.001 and --lr 5e-05"),
+    (["--bf16", "--precision", "fp32"], "--bf16 bf16 and --precision fp32"),
+    (["--per_device_train_batch_size", "4", "--batch-size", "8"],
+     "--per_device_train_batch_size 4 and --batch-size 8"),
+    (["--overwrite_output_dir", "--no-overwrite"], "--overwrite_output_dir True and --overwrite"),
+])
+def test_one_setting_by_two_spellings_with_two_values_is_refused(argv, said, capsys, tmp_path):
+    assert _exit(["train", "--output-dir", str(tmp_path / "x"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err and "give one of them" in err, err
+
+
+def test_two_spellings_that_agree_and_hfs_bf16_values_are_taken():
+    assert _config("--learning_rate", "1e-3", "--lr", "0.001").optimization.lr == 1e-3
+    assert _config("--lr", "1", "--lr", "2").optimization.lr == 2.0  # one spelling: the last
+    assert _config("--fast-dropout", "--no-fast-dropout").speedups.fast_dropout is False
+    for argv, precision in ((["--bf16"], "bf16"), (["--bf16", "True"], "bf16"),
+                            (["--bf16", "false"], "fp32"), (["--bf16", "--precision", "bf16"],
+                                                            "bf16")):
+        assert _config(*argv).speedups.precision == precision, argv
