@@ -16,7 +16,7 @@ from cpuft.engine.checkpoint import latest_checkpoint
 from cpuft.errors import CpuftError
 from cpuft.log import get_logger
 from cpuft.metrics import JsonlSink, MetricSink, progress_sink
-from cpuft.paths import check_writable_dir
+from cpuft.paths import check_writable_dir, write_json
 
 LOG = get_logger(__name__)
 RUN_MARKER = "cpuft_run.json"
@@ -97,8 +97,8 @@ def write_marker(out: Path, cfg: TrainConfig, world: int, resumed: bool,
         given = cfg.optimization.batch_size
         if resumed and (out / RUN_MARKER).is_file():
             given = _marker(out).get("given_batch_size", given)
-    (out / RUN_MARKER).write_text(json.dumps({"config": to_flat(cfg), "world_size": world,
-                                              "given_batch_size": given}, indent=2) + "\n")
+    write_json(out / RUN_MARKER, {"config": to_flat(cfg), "world_size": world,
+                                  "given_batch_size": given})
 
 
 def check_resume_settings(out: Path, cfg: TrainConfig, world: int = 1) -> None:

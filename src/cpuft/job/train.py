@@ -31,6 +31,7 @@ from cpuft.launch.commands import ELASTIC_ENV
 from cpuft.log import get_logger
 from cpuft.metrics import MetricLogger, MetricSink
 from cpuft.metrics.pace import steady_rate, steady_seconds, warmup_steps
+from cpuft.paths import write_json
 from cpuft.runtime import start
 from cpuft.runtime.process import versions
 from cpuft.speedplan.speed_plan import SpeedPlan
@@ -158,7 +159,7 @@ def _train(run: Run, out: Path, resume_from: Path | None, dist: DistContext | No
         summary["membership"] = begun.history
     if before is not None:
         summary["before"] = before
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(out / "summary.json", summary)
     if not cfg.output.save_total_limit:
         removed = remove_checkpoints(out)
         if removed:
